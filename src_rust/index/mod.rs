@@ -1,0 +1,153 @@
+//! The prefix index: which workers hold which cached prefixes.
+//!
+//! [`PrefixIndex`] is the thread-safe face: lookups share a read lock and run
+//! side by side; event batches take the write lock once per call, so callers
+//! batch writes with [`PrefixIndex::apply_many`]. Design notes: README.md.
+
+mod events;
+mod overlap;
+mod owners;
+mod snapshot;
+mod tree;
+mod workers;
+
+pub use events::{ApplyOutcome, BlockContent, EventBatch, IndexError, KvEvent, SeqStatus};
+pub use overlap::{OverlapScores, TierDepths};
+pub use tree::PrefixTree;
+
+use crate::ids::{SeqHash, WorkerId};
+use parking_lot::RwLock;
+use std::time::{Duration, Instant};
+
+/// Sizing of a [`PrefixIndex`].
+#[derive(Copy, Clone, Debug)]
+pub struct IndexConfig {
+    pub block_size: usize,
+    /// Past this many blocks the least recently used are pruned. None: unbounded.
+    pub max_nodes: Option<usize>,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        IndexConfig {
+            block_size: crate::hashing::DEFAULT_BLOCK_SIZE,
+            max_nodes: None,
+        }
+    }
+}
+
+/// Counts describing the index at one moment.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct IndexStats {
+    pub blocks: usize,
+    pub workers: usize,
+    pub approximate: usize,
+    pub pruned_total: u64,
+}
+
+/// One worker's place in the index.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct WorkerInfo {
+    pub worker: WorkerId,
+    pub blocks: usize,
+    pub last_seq: Option<u64>,
+}
+
+pub struct PrefixIndex {
+    tree: RwLock<PrefixTree>,
+    epoch: Instant,
+}
+
+impl PrefixIndex {
+    pub fn new(config: IndexConfig) -> Self {
+        Self::from_tree(PrefixTree::new(config.block_size, config.max_nodes))
+    }
+
+    fn from_tree(tree: PrefixTree) -> Self {
+        PrefixIndex {
+            tree: RwLock::new(tree),
+            epoch: Instant::now(),
+        }
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.tree.read().block_size
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    pub fn apply(&self, batch: &EventBatch, strict: bool) -> Result<ApplyOutcome, IndexError> {
+        self.tree.write().apply(batch, strict)
+    }
+
+    /// Applies many batches under one lock acquisition; each gets its own result.
+    pub fn apply_many(
+        &self,
+        batches: &[EventBatch],
+        strict: bool,
+    ) -> Vec<Result<ApplyOutcome, IndexError>> {
+        let mut tree = self.tree.write();
+        batches.iter().map(|b| tree.apply(b, strict)).collect()
+    }
+
+    pub fn resync(&self, batch: &EventBatch) -> Result<ApplyOutcome, IndexError> {
+        self.tree.write().resync(batch)
+    }
+
+    pub fn remove_worker(&self, worker: WorkerId) -> Result<usize, IndexError> {
+        self.tree.write().remove_worker(worker)
+    }
+
+    pub fn find_matches(&self, seq_hashes: &[SeqHash], early_exit: bool) -> OverlapScores {
+        let now = self.now_ms();
+        let expiry_due = |tree: &PrefixTree| tree.next_expiry_ms().is_some_and(|at| at <= now);
+        if expiry_due(&self.tree.read()) {
+            self.tree.write().expire_approximate(now);
+        }
+        self.tree.read().find_matches(seq_hashes, early_exit)
+    }
+
+    pub fn insert_approximate(
+        &self,
+        worker: WorkerId,
+        seq_hashes: &[SeqHash],
+        ttl: Duration,
+    ) -> Result<(), IndexError> {
+        let now = self.now_ms();
+        let mut tree = self.tree.write();
+        tree.expire_approximate(now);
+        tree.insert_approximate(worker, seq_hashes, now + ttl.as_millis() as u64)
+    }
+
+    pub fn stats(&self) -> IndexStats {
+        let tree = self.tree.read();
+        IndexStats {
+            blocks: tree.num_nodes(),
+            workers: tree.workers.len(),
+            approximate: tree.num_approximate(),
+            pruned_total: tree.pruned_total(),
+        }
+    }
+
+    pub fn workers(&self) -> Vec<WorkerInfo> {
+        let tree = self.tree.read();
+        tree.workers
+            .iter()
+            .map(|(_, state)| WorkerInfo {
+                worker: state.id,
+                blocks: state.blocks,
+                last_seq: state.last_seq,
+            })
+            .collect()
+    }
+
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.tree.read().to_snapshot()
+    }
+
+    pub fn restore(bytes: &[u8]) -> Result<PrefixIndex, IndexError> {
+        PrefixTree::from_snapshot(bytes).map(Self::from_tree)
+    }
+}

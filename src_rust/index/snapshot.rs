@@ -1,0 +1,129 @@
+//! Dump and load of the confirmed index, with each worker's stream position,
+//! so a restarted router resumes instead of rebuilding. Approximate entries
+//! are predictions with a short life and are not kept.
+
+use super::events::IndexError;
+use super::owners::{Holding, Owners, TierSet};
+use super::tree::{Node, PrefixTree};
+use crate::ids::{EngineBlockId, SeqHash, WorkerId};
+use serde::{Deserialize, Serialize};
+
+const MAGIC: &[u8; 8] = b"KVRIDX01";
+
+#[derive(Serialize, Deserialize)]
+struct Snapshot {
+    block_size: u64,
+    max_nodes: Option<u64>,
+    workers: Vec<WorkerRecord>,
+    nodes: Vec<NodeRecord>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WorkerRecord {
+    id: u64,
+    last_seq: Option<u64>,
+    engine_ids: Vec<(u64, u64)>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct NodeRecord {
+    seq_hash: u64,
+    /// (position in `workers`, tier bits)
+    holders: Vec<(u32, u8)>,
+}
+
+impl PrefixTree {
+    pub fn to_snapshot(&self) -> Vec<u8> {
+        let mut position = vec![u32::MAX; self.workers.slot_bound()];
+        let workers = self
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(pos, (slot, state))| {
+                position[slot as usize] = pos as u32;
+                WorkerRecord {
+                    id: state.id.0,
+                    last_seq: state.last_seq,
+                    engine_ids: state.engine_ids.iter().map(|(e, s)| (e.0, s.0)).collect(),
+                }
+            })
+            .collect();
+        let nodes = self
+            .nodes
+            .iter()
+            .filter_map(|(seq, node)| {
+                let holders: Vec<(u32, u8)> = node
+                    .owners
+                    .as_slice(&self.spill)
+                    .iter()
+                    .filter(|h| !h.is_approximate())
+                    .map(|h| (position[h.slot() as usize], h.tiers().bits()))
+                    .collect();
+                (!holders.is_empty()).then_some(NodeRecord {
+                    seq_hash: seq.0,
+                    holders,
+                })
+            })
+            .collect();
+        let snapshot = Snapshot {
+            block_size: self.block_size as u64,
+            max_nodes: self.max_nodes.map(|m| m as u64),
+            workers,
+            nodes,
+        };
+        let mut bytes = MAGIC.to_vec();
+        bincode::serialize_into(&mut bytes, &snapshot).expect("serializing to memory cannot fail");
+        bytes
+    }
+
+    pub fn from_snapshot(bytes: &[u8]) -> Result<PrefixTree, IndexError> {
+        let bad = |why: String| IndexError::BadSnapshot(why);
+        let body = bytes
+            .strip_prefix(MAGIC.as_slice())
+            .ok_or_else(|| bad("not a kvrouter index snapshot (wrong magic)".into()))?;
+        let snapshot: Snapshot = bincode::deserialize(body).map_err(|e| bad(e.to_string()))?;
+        if snapshot.block_size == 0 {
+            return Err(bad("block_size is 0".into()));
+        }
+        let mut tree = PrefixTree::new(
+            snapshot.block_size as usize,
+            snapshot.max_nodes.map(|m| m as usize),
+        );
+        let mut slots = Vec::with_capacity(snapshot.workers.len());
+        for record in snapshot.workers {
+            let slot = tree.workers.get_or_insert(WorkerId(record.id))?;
+            let state = tree.workers.state_mut(slot);
+            state.last_seq = record.last_seq;
+            state.engine_ids = record
+                .engine_ids
+                .into_iter()
+                .map(|(e, s)| (EngineBlockId(e), SeqHash(s)))
+                .collect();
+            slots.push(slot);
+        }
+        tree.nodes.reserve(snapshot.nodes.len());
+        for record in snapshot.nodes {
+            let mut owners: Option<Owners> = None;
+            for (pos, bits) in record.holders {
+                let slot = *slots
+                    .get(pos as usize)
+                    .ok_or_else(|| bad(format!("holder {pos} is not a listed worker")))?;
+                let tiers = TierSet::from_bits(bits);
+                if tiers.is_empty() {
+                    return Err(bad("a holder has no tier".into()));
+                }
+                let holding = Holding::confirmed(slot, tiers);
+                match owners.as_mut() {
+                    None => owners = Some(Owners::One(holding)),
+                    Some(set) => {
+                        set.set(&mut tree.spill, holding);
+                    }
+                }
+                tree.workers.state_mut(slot).blocks += 1;
+            }
+            let owners = owners.ok_or_else(|| bad("a block has no holders".into()))?;
+            tree.nodes.insert(SeqHash(record.seq_hash), Node::new(owners, 0));
+        }
+        Ok(tree)
+    }
+}
