@@ -1,0 +1,114 @@
+"""Type stubs for kvrouter._core, the Rust core (hashing and the prefix index)."""
+
+import enum
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+DEFAULT_BLOCK_SIZE: int
+
+# Token ids: list[int], array('I'), a 1-D numpy uint32/int32/int64 array, or
+# little-endian uint32 bytes. Buffers are read in place, without a copy.
+Tokens = Any
+# Block hashes: a sequence of ints in [0, 2**64) or a numpy uint64/int64 array.
+Hashes = Sequence[int] | Any
+
+def hash_tokens(tokens: Tokens, block_size: int = 16, namespace: str = "") -> list[int]:
+    """Chained sequence hashes of the full blocks; a partial tail is not hashed."""
+
+def local_block_hashes(tokens: Tokens, block_size: int = 16, namespace: str = "") -> list[int]:
+    """xxh3-64 of each full block's little-endian bytes, seeded by the namespace."""
+
+def chain_hashes(local_hashes: Sequence[int], parent: int | None = None) -> list[int]:
+    """Sequence hashes from local hashes, continuing after `parent`."""
+
+def namespace_seed(namespace: str) -> int:
+    """The hashing seed of a namespace (model, LoRA adapter, cache salt)."""
+
+class Tier(enum.IntEnum):
+    DEVICE = 0
+    HOST = 1
+    DISK = 2
+
+TierLike = Tier | str
+
+class Stored:
+    """Blocks a worker cached: consecutive blocks of one sequence after `parent`."""
+
+    def __init__(
+        self,
+        block_ids: Hashes,
+        token_ids: Tokens | None = None,
+        *,
+        local_hashes: Hashes | None = None,
+        parent: int | None = None,
+        tier: TierLike | None = None,
+        namespace: str = "",
+    ) -> None: ...
+    @property
+    def block_ids(self) -> list[int]: ...
+    @property
+    def parent(self) -> int | None: ...
+
+class Removed:
+    """Blocks a worker evicted from one tier (default: device)."""
+
+    def __init__(self, block_ids: Hashes, tier: TierLike | None = None) -> None: ...
+    @property
+    def block_ids(self) -> list[int]: ...
+
+class Cleared:
+    """The worker dropped its whole cache."""
+
+    def __init__(self) -> None: ...
+
+Event = Stored | Removed | Cleared
+
+class ApplyOutcome:
+    status: str
+    """"applied", "duplicate", "gap" (resync the worker) or "rejected"."""
+    expected_seq: int | None
+    blocks_stored: int
+    blocks_removed: int
+    unknown_removals: int
+    error: str | None
+
+class OverlapScores:
+    @property
+    def scores(self) -> dict[int, int]:
+        """{worker_id: matched blocks}"""
+    @property
+    def tiers(self) -> dict[int, tuple[int, int, int]]:
+        """{worker_id: (device, host, disk) matched blocks}"""
+    def depth(self, worker_id: int) -> int: ...
+    def __len__(self) -> int: ...
+
+class PrefixIndex:
+    """Which workers hold which cached prefixes. Thread-safe; releases the GIL."""
+
+    def __init__(self, block_size: int = 16, max_blocks: int | None = None) -> None: ...
+    @property
+    def block_size(self) -> int: ...
+    def apply(
+        self, worker_id: int, seq: int, events: Iterable[Event], *, strict: bool = False
+    ) -> ApplyOutcome:
+        """Apply batch `seq`. Raises ValueError (malformed event), TypeError
+        (not an event) or, with strict, KeyError (unknown block or parent);
+        a raised batch changes nothing."""
+    def apply_many(
+        self, batches: Sequence[tuple[int, int, Iterable[Event]]], *, strict: bool = False
+    ) -> list[ApplyOutcome]: ...
+    def resync(self, worker_id: int, seq: int, events: Iterable[Event]) -> ApplyOutcome: ...
+    def remove_worker(self, worker_id: int) -> int:
+        """Drop a worker; returns its block count. KeyError if unknown."""
+    def find_matches(self, seq_hashes: Hashes, *, early_exit: bool = False) -> OverlapScores: ...
+    def find_matches_for_tokens(
+        self, tokens: Tokens, *, namespace: str = "", early_exit: bool = False
+    ) -> OverlapScores: ...
+    def insert_approximate(self, worker_id: int, seq_hashes: Hashes, ttl_s: float) -> None: ...
+    def stats(self) -> dict[str, int]:
+        """{"blocks", "workers", "approximate", "pruned_total"}"""
+    def workers(self) -> dict[int, tuple[int, int]]:
+        """{worker_id: (confirmed blocks, next expected batch number)}"""
+    def snapshot(self) -> bytes: ...
+    @staticmethod
+    def restore(data: bytes) -> PrefixIndex: ...

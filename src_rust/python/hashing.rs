@@ -1,0 +1,61 @@
+//! Python functions for block hashing.
+
+use super::ints::Tokens;
+use crate::hashing::{chain_all, namespace_seed, BlockHasher, DEFAULT_BLOCK_SIZE};
+use crate::ids::{LocalHash, SeqHash};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+pub fn hasher(block_size: usize, namespace: &str) -> PyResult<BlockHasher> {
+    if block_size == 0 {
+        return Err(PyValueError::new_err("block_size must be positive"));
+    }
+    Ok(BlockHasher::for_namespace(block_size, namespace))
+}
+
+/// Chained sequence hashes of the full blocks of `tokens`.
+#[pyfunction]
+#[pyo3(signature = (tokens, block_size = DEFAULT_BLOCK_SIZE, namespace = ""))]
+pub fn hash_tokens(
+    py: Python<'_>,
+    tokens: &Bound<'_, PyAny>,
+    block_size: usize,
+    namespace: &str,
+) -> PyResult<Vec<u64>> {
+    let hasher = hasher(block_size, namespace)?;
+    let tokens = Tokens::extract(tokens)?;
+    let hashes = py.detach(|| hasher.seq_hashes(tokens.as_slice()));
+    Ok(hashes.into_iter().map(|h| h.0).collect())
+}
+
+/// Local (unchained) hashes of the full blocks of `tokens`.
+#[pyfunction]
+#[pyo3(signature = (tokens, block_size = DEFAULT_BLOCK_SIZE, namespace = ""))]
+pub fn local_block_hashes(
+    py: Python<'_>,
+    tokens: &Bound<'_, PyAny>,
+    block_size: usize,
+    namespace: &str,
+) -> PyResult<Vec<u64>> {
+    let hasher = hasher(block_size, namespace)?;
+    let tokens = Tokens::extract(tokens)?;
+    let hashes = py.detach(|| hasher.local_hashes(tokens.as_slice()));
+    Ok(hashes.into_iter().map(|h| h.0).collect())
+}
+
+/// Sequence hashes from local hashes, continuing after `parent`.
+#[pyfunction]
+#[pyo3(signature = (local_hashes, parent = None))]
+pub fn chain_hashes(local_hashes: Vec<u64>, parent: Option<u64>) -> Vec<u64> {
+    let locals: Vec<LocalHash> = local_hashes.into_iter().map(LocalHash).collect();
+    chain_all(parent.map(SeqHash), &locals)
+        .into_iter()
+        .map(|h| h.0)
+        .collect()
+}
+
+/// The hashing seed of a namespace.
+#[pyfunction(name = "namespace_seed")]
+pub fn py_namespace_seed(namespace: &str) -> u64 {
+    namespace_seed(namespace)
+}

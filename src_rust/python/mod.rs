@@ -1,0 +1,26 @@
+//! The `kvrouter._core` extension module: a thin layer over the pure-Rust core.
+
+mod events;
+mod hashing;
+mod index;
+mod ints;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+#[pyo3(name = "_core")]
+fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(hashing::hash_tokens, m)?)?;
+    m.add_function(wrap_pyfunction!(hashing::local_block_hashes, m)?)?;
+    m.add_function(wrap_pyfunction!(hashing::chain_hashes, m)?)?;
+    m.add_function(wrap_pyfunction!(hashing::py_namespace_seed, m)?)?;
+    m.add_class::<events::PyTier>()?;
+    m.add_class::<events::PyStored>()?;
+    m.add_class::<events::PyRemoved>()?;
+    m.add_class::<events::PyCleared>()?;
+    m.add_class::<index::PyApplyOutcome>()?;
+    m.add_class::<index::PyOverlapScores>()?;
+    m.add_class::<index::PyPrefixIndex>()?;
+    m.add("DEFAULT_BLOCK_SIZE", crate::hashing::DEFAULT_BLOCK_SIZE)?;
+    Ok(())
+}
