@@ -47,7 +47,9 @@ pub enum SeqStatus {
     Duplicate,
     /// The batch skips ahead of `expected`; nothing was applied, and the
     /// worker needs a resync.
-    Gap { expected: u64 },
+    Gap {
+        expected: u64,
+    },
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -151,3 +151,8 @@ impl PrefixIndex {
         PrefixTree::from_snapshot(bytes).map(Self::from_tree)
     }
 }
+
+#[cfg(test)]
+mod model_tests;
+#[cfg(test)]
+mod tests;

@@ -129,7 +129,10 @@ impl Owners {
     }
 
     pub fn get(&self, spill: &SpillSlab, slot: u32) -> Option<Holding> {
-        self.as_slice(spill).iter().copied().find(|h| h.slot() == slot)
+        self.as_slice(spill)
+            .iter()
+            .copied()
+            .find(|h| h.slot() == slot)
     }
 
     /// Inserts `holding`, replacing the same worker's previous one.

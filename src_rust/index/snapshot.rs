@@ -122,7 +122,8 @@ impl PrefixTree {
                 tree.workers.state_mut(slot).blocks += 1;
             }
             let owners = owners.ok_or_else(|| bad("a block has no holders".into()))?;
-            tree.nodes.insert(SeqHash(record.seq_hash), Node::new(owners, 0));
+            tree.nodes
+                .insert(SeqHash(record.seq_hash), Node::new(owners, 0));
         }
         Ok(tree)
     }

@@ -110,9 +110,10 @@ impl PrefixTree {
             .workers
             .slot_of(worker)
             .ok_or(IndexError::UnknownWorker(worker))?;
+        let blocks = self.workers.state(slot).blocks;
         self.drop_holdings(slot);
-        let state = self.workers.remove(worker).expect("slot was just found");
-        Ok(state.blocks)
+        self.workers.remove(worker);
+        Ok(blocks)
     }
 
     /// Per worker, the length of the longest cached prefix of `seq_hashes`.
@@ -202,7 +203,11 @@ impl PrefixTree {
             let Some(node) = self.nodes.get_mut(&seq) else {
                 continue;
             };
-            if node.owners.get(&self.spill, slot).is_some_and(Holding::is_approximate) {
+            if node
+                .owners
+                .get(&self.spill, slot)
+                .is_some_and(Holding::is_approximate)
+            {
                 self.remove_holding(seq, slot);
             }
         }
@@ -236,7 +241,9 @@ impl PrefixTree {
                 return Err(malformed("stored event has no blocks".into()));
             }
             match content {
-                BlockContent::Tokens(tokens) if tokens.len() != block_ids.len() * self.block_size => {
+                BlockContent::Tokens(tokens)
+                    if tokens.len() != block_ids.len() * self.block_size =>
+                {
                     return Err(malformed(format!(
                         "stored event has {} tokens for {} blocks; with block_size {} it needs {}",
                         tokens.len(),
@@ -370,7 +377,14 @@ impl PrefixTree {
         outcome
     }
 
-    fn store_block(&mut self, slot: u32, block: EngineBlockId, seq: SeqHash, tier: Tier, tick: u32) {
+    fn store_block(
+        &mut self,
+        slot: u32,
+        block: EngineBlockId,
+        seq: SeqHash,
+        tier: Tier,
+        tick: u32,
+    ) {
         let state = self.workers.state_mut(slot);
         if block.0 != seq.0 {
             state.engine_ids.insert(block, seq);
@@ -459,13 +473,14 @@ impl PrefixTree {
             return;
         }
         let spill = &mut self.spill;
-        self.nodes.retain(|_, node| match node.owners.remove(spill, slot) {
-            Removal::Emptied(_) => {
-                node.owners.release(spill);
-                false
-            }
-            _ => true,
-        });
+        self.nodes
+            .retain(|_, node| match node.owners.remove(spill, slot) {
+                Removal::Emptied(_) => {
+                    node.owners.release(spill);
+                    false
+                }
+                _ => true,
+            });
         self.approx_expiry.retain(|(_, s), _| *s != slot);
         self.workers.state_mut(slot).blocks = 0;
     }
@@ -485,7 +500,12 @@ impl PrefixTree {
         let mut by_age: Vec<(u32, SeqHash)> = self
             .nodes
             .iter()
-            .map(|(seq, node)| (now.wrapping_sub(node.last_access.load(Ordering::Relaxed)), *seq))
+            .map(|(seq, node)| {
+                (
+                    now.wrapping_sub(node.last_access.load(Ordering::Relaxed)),
+                    *seq,
+                )
+            })
             .collect();
         by_age.select_nth_unstable_by(excess - 1, |a, b| b.0.cmp(&a.0));
         for &(_, seq) in &by_age[..excess] {

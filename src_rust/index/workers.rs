@@ -34,7 +34,10 @@ impl WorkerState {
 
     /// The router's hash for an engine block id.
     pub fn seq_hash_of(&self, block: EngineBlockId) -> SeqHash {
-        self.engine_ids.get(&block).copied().unwrap_or(SeqHash(block.0))
+        self.engine_ids
+            .get(&block)
+            .copied()
+            .unwrap_or(SeqHash(block.0))
     }
 }
 

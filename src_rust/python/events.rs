@@ -11,17 +11,20 @@ use pyo3::prelude::*;
 #[pyclass(name = "Tier", module = "kvrouter._core", eq, eq_int, frozen, hash)]
 #[derive(Copy, Clone, PartialEq, Eq, Hash)]
 pub enum PyTier {
-    DEVICE = 0,
-    HOST = 1,
-    DISK = 2,
+    #[pyo3(name = "DEVICE")]
+    Device = 0,
+    #[pyo3(name = "HOST")]
+    Host = 1,
+    #[pyo3(name = "DISK")]
+    Disk = 2,
 }
 
 impl From<PyTier> for Tier {
     fn from(tier: PyTier) -> Tier {
         match tier {
-            PyTier::DEVICE => Tier::Device,
-            PyTier::HOST => Tier::Host,
-            PyTier::DISK => Tier::Disk,
+            PyTier::Device => Tier::Device,
+            PyTier::Host => Tier::Host,
+            PyTier::Disk => Tier::Disk,
         }
     }
 }
@@ -29,9 +32,9 @@ impl From<PyTier> for Tier {
 impl From<Tier> for PyTier {
     fn from(tier: Tier) -> PyTier {
         match tier {
-            Tier::Device => PyTier::DEVICE,
-            Tier::Host => PyTier::HOST,
-            Tier::Disk => PyTier::DISK,
+            Tier::Device => PyTier::Device,
+            Tier::Host => PyTier::Host,
+            Tier::Disk => PyTier::Disk,
         }
     }
 }
@@ -41,9 +44,9 @@ pub fn extract_tier(obj: &Bound<'_, PyAny>) -> PyResult<Tier> {
     if let Ok(tier) = obj.extract::<PyTier>() {
         return Ok(tier.into());
     }
-    let name: String = obj
-        .extract()
-        .map_err(|_| PyTypeError::new_err("tier must be a Tier or one of 'device', 'host', 'disk'"))?;
+    let name: String = obj.extract().map_err(|_| {
+        PyTypeError::new_err("tier must be a Tier or one of 'device', 'host', 'disk'")
+    })?;
     Tier::ALL
         .into_iter()
         .find(|t| t.name() == name.to_ascii_lowercase())
@@ -55,7 +58,10 @@ pub fn extract_tier(obj: &Bound<'_, PyAny>) -> PyResult<Tier> {
 }
 
 fn block_ids(obj: &Bound<'_, PyAny>) -> PyResult<Vec<EngineBlockId>> {
-    Ok(extract_hashes(obj)?.into_iter().map(EngineBlockId).collect())
+    Ok(extract_hashes(obj)?
+        .into_iter()
+        .map(EngineBlockId)
+        .collect())
 }
 
 /// Blocks a worker cached: consecutive blocks of one sequence after `parent`,
@@ -77,10 +83,12 @@ impl PyStored {
         namespace: &str,
     ) -> PyResult<Self> {
         let content = match (token_ids, local_hashes) {
-            (Some(tokens), None) => BlockContent::Tokens(Tokens::extract(tokens)?.as_slice().to_vec()),
-            (None, Some(hashes)) => {
-                BlockContent::LocalHashes(extract_hashes(hashes)?.into_iter().map(LocalHash).collect())
+            (Some(tokens), None) => {
+                BlockContent::Tokens(Tokens::extract(tokens)?.as_slice().to_vec())
             }
+            (None, Some(hashes)) => BlockContent::LocalHashes(
+                extract_hashes(hashes)?.into_iter().map(LocalHash).collect(),
+            ),
             _ => {
                 return Err(PyValueError::new_err(
                     "Stored needs exactly one of token_ids or local_hashes",

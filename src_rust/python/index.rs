@@ -16,11 +16,13 @@ use std::time::Duration;
 pub fn to_pyerr(error: IndexError) -> PyErr {
     let message = error.to_string();
     match error {
-        IndexError::UnknownWorker(_) | IndexError::UnknownBlock { .. } | IndexError::UnknownParent { .. } => {
-            PyKeyError::new_err(message)
-        }
+        IndexError::UnknownWorker(_)
+        | IndexError::UnknownBlock { .. }
+        | IndexError::UnknownParent { .. } => PyKeyError::new_err(message),
         IndexError::TooManyWorkers(_) => PyOverflowError::new_err(message),
-        IndexError::MalformedEvent { .. } | IndexError::BadSnapshot(_) => PyValueError::new_err(message),
+        IndexError::MalformedEvent { .. } | IndexError::BadSnapshot(_) => {
+            PyValueError::new_err(message)
+        }
     }
 }
 
@@ -144,7 +146,9 @@ impl PyPrefixIndex {
             return Err(PyValueError::new_err("block_size must be positive"));
         }
         if max_blocks == Some(0) {
-            return Err(PyValueError::new_err("max_blocks must be positive (or None for unbounded)"));
+            return Err(PyValueError::new_err(
+                "max_blocks must be positive (or None for unbounded)",
+            ));
         }
         Ok(PyPrefixIndex(PrefixIndex::new(IndexConfig {
             block_size,
@@ -275,7 +279,9 @@ impl PyPrefixIndex {
         ttl_s: f64,
     ) -> PyResult<()> {
         if !(ttl_s.is_finite() && ttl_s > 0.0) {
-            return Err(PyValueError::new_err("ttl_s must be a positive number of seconds"));
+            return Err(PyValueError::new_err(
+                "ttl_s must be a positive number of seconds",
+            ));
         }
         let hashes = self::seq_hashes(seq_hashes)?;
         py.detach(|| {

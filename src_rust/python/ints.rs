@@ -53,9 +53,9 @@ fn check_non_negative(tokens: &[i32]) -> PyResult<()> {
 impl Tokens {
     pub fn extract(obj: &Bound<'_, PyAny>) -> PyResult<Tokens> {
         if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
-            let tokens: Vec<u32> = obj.extract().map_err(|_| {
-                PyValueError::new_err("token ids must be integers in [0, 2**32)")
-            })?;
+            let tokens: Vec<u32> = obj
+                .extract()
+                .map_err(|_| PyValueError::new_err("token ids must be integers in [0, 2**32)"))?;
             return Ok(Tokens(TokenSource::Owned(tokens)));
         }
         let py = obj.py();
@@ -73,7 +73,9 @@ impl Tokens {
             }
             let signed = buffer.to_vec(py)?;
             check_non_negative(&signed)?;
-            return Ok(Tokens(TokenSource::Owned(signed.into_iter().map(|t| t as u32).collect())));
+            return Ok(Tokens(TokenSource::Owned(
+                signed.into_iter().map(|t| t as u32).collect(),
+            )));
         }
         if let Ok(buffer) = PyBuffer::<i64>::get(obj) {
             let wide = if usable(&buffer)? {
@@ -88,13 +90,13 @@ impl Tokens {
             return Ok(Tokens(TokenSource::Owned(tokens)));
         }
         if let Ok(buffer) = PyBuffer::<u8>::get(obj) {
-            if buffer.item_count() % 4 != 0 {
+            if !buffer.item_count().is_multiple_of(4) {
                 return Err(PyValueError::new_err(format!(
                     "token bytes must hold whole little-endian uint32s; got {} bytes",
                     buffer.item_count()
                 )));
             }
-            let aligned = buffer.buf_ptr() as usize % std::mem::align_of::<u32>() == 0;
+            let aligned = (buffer.buf_ptr() as usize).is_multiple_of(std::mem::align_of::<u32>());
             if usable(&buffer)? && aligned && cfg!(target_endian = "little") {
                 return Ok(Tokens(TokenSource::Bytes(buffer)));
             }
@@ -135,7 +137,11 @@ pub fn extract_hashes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
         return buffer.to_vec(obj.py());
     }
     if let Ok(buffer) = PyBuffer::<i64>::get(obj) {
-        return Ok(buffer.to_vec(obj.py())?.into_iter().map(|h| h as u64).collect());
+        return Ok(buffer
+            .to_vec(obj.py())?
+            .into_iter()
+            .map(|h| h as u64)
+            .collect());
     }
     obj.extract::<Vec<u64>>().map_err(|_| {
         PyTypeError::new_err(format!(

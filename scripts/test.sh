@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Sets up .venv with kvrouter and its test dependencies, then runs the linters,
+# the Rust tests and the Python tests. Exits non-zero on the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m venv .venv
+.venv/bin/pip install -q -U pip
+.venv/bin/pip install -q -e ".[test,engine]"
+
+echo "== lint"
+.venv/bin/ruff check .
+cargo fmt --check
+PYO3_PYTHON=.venv/bin/python cargo clippy -q --all-targets --features python -- -D warnings
+
+echo "== cargo test"
+cargo test -q
+
+echo "== pytest"
+.venv/bin/python -m pytest -q "$@"

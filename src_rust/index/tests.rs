@@ -1,0 +1,400 @@
+//! Unit tests of the prefix index's behaviour.
+
+use super::*;
+use crate::hashing::{namespace_seed, BlockHasher};
+use crate::ids::{EngineBlockId, Tier};
+
+const BS: usize = 4;
+
+fn tokens(range: std::ops::Range<u32>) -> Vec<u32> {
+    range.collect()
+}
+
+fn seqs(tokens: &[u32]) -> Vec<SeqHash> {
+    BlockHasher::new(BS, namespace_seed("")).seq_hashes(tokens)
+}
+
+/// A stored event whose engine ids are the router's own hashes.
+fn stored(tokens: &[u32], parent: Option<SeqHash>, tier: Tier) -> KvEvent {
+    let full = seqs(tokens);
+    KvEvent::Stored {
+        parent: parent.map(|p| EngineBlockId(p.0)),
+        block_ids: full.iter().map(|s| EngineBlockId(s.0)).collect(),
+        content: BlockContent::Tokens(tokens.to_vec()),
+        tier,
+        namespace_seed: namespace_seed(""),
+    }
+}
+
+fn batch(worker: u64, seq: u64, events: Vec<KvEvent>) -> EventBatch {
+    EventBatch {
+        worker: WorkerId(worker),
+        seq,
+        events,
+    }
+}
+
+fn index() -> PrefixIndex {
+    PrefixIndex::new(IndexConfig {
+        block_size: BS,
+        max_nodes: None,
+    })
+}
+
+#[test]
+fn longest_prefix_per_worker() {
+    let idx = index();
+    let all = tokens(0..16);
+    idx.apply(&batch(1, 0, vec![stored(&all, None, Tier::Device)]), true)
+        .unwrap();
+    idx.apply(
+        &batch(2, 0, vec![stored(&all[..8], None, Tier::Device)]),
+        true,
+    )
+    .unwrap();
+    let scores = idx.find_matches(&seqs(&all), false);
+    assert_eq!(scores.depth(WorkerId(1)), 4);
+    assert_eq!(scores.depth(WorkerId(2)), 2);
+    assert_eq!(scores.depth(WorkerId(3)), 0);
+}
+
+#[test]
+fn early_exit_stops_when_one_worker_is_left() {
+    let idx = index();
+    let all = tokens(0..16);
+    idx.apply(&batch(1, 0, vec![stored(&all, None, Tier::Device)]), true)
+        .unwrap();
+    idx.apply(
+        &batch(2, 0, vec![stored(&all[..4], None, Tier::Device)]),
+        true,
+    )
+    .unwrap();
+    let scores = idx.find_matches(&seqs(&all), true);
+    assert_eq!(scores.depth(WorkerId(2)), 1);
+    assert!(scores.depth(WorkerId(1)) < 4);
+}
+
+#[test]
+fn depth_is_split_by_tier() {
+    let idx = index();
+    let all = tokens(0..12);
+    let hashes = seqs(&all);
+    idx.apply(
+        &batch(
+            1,
+            0,
+            vec![
+                stored(&all[..8], None, Tier::Device),
+                stored(&all[8..], Some(hashes[1]), Tier::Host),
+            ],
+        ),
+        true,
+    )
+    .unwrap();
+    let depths = idx.find_matches(&hashes, false).get(WorkerId(1)).unwrap();
+    assert_eq!((depths.device, depths.host, depths.disk), (2, 1, 0));
+}
+
+#[test]
+fn removal_by_tier_keeps_other_tiers() {
+    let idx = index();
+    let all = tokens(0..4);
+    let id = EngineBlockId(seqs(&all)[0].0);
+    idx.apply(
+        &batch(
+            1,
+            0,
+            vec![
+                stored(&all, None, Tier::Device),
+                stored(&all, None, Tier::Host),
+            ],
+        ),
+        true,
+    )
+    .unwrap();
+    let removed = KvEvent::Removed {
+        block_ids: vec![id],
+        tier: Tier::Device,
+    };
+    idx.apply(&batch(1, 1, vec![removed]), true).unwrap();
+    let depths = idx
+        .find_matches(&seqs(&all), false)
+        .get(WorkerId(1))
+        .unwrap();
+    assert_eq!((depths.device, depths.host), (0, 1));
+}
+
+#[test]
+fn foreign_engine_ids_are_mapped() {
+    let idx = index();
+    let all = tokens(0..8);
+    let event = KvEvent::Stored {
+        parent: None,
+        block_ids: vec![EngineBlockId(100), EngineBlockId(101)],
+        content: BlockContent::Tokens(all.clone()),
+        tier: Tier::Device,
+        namespace_seed: namespace_seed(""),
+    };
+    idx.apply(&batch(1, 0, vec![event]), true).unwrap();
+    let child = KvEvent::Stored {
+        parent: Some(EngineBlockId(101)),
+        block_ids: vec![EngineBlockId(102)],
+        content: BlockContent::Tokens(tokens(8..12)),
+        tier: Tier::Device,
+        namespace_seed: namespace_seed(""),
+    };
+    idx.apply(&batch(1, 1, vec![child]), true).unwrap();
+    assert_eq!(
+        idx.find_matches(&seqs(&tokens(0..12)), false)
+            .depth(WorkerId(1)),
+        3
+    );
+    let removed = KvEvent::Removed {
+        block_ids: vec![EngineBlockId(101)],
+        tier: Tier::Device,
+    };
+    idx.apply(&batch(1, 2, vec![removed]), true).unwrap();
+    assert_eq!(
+        idx.find_matches(&seqs(&tokens(0..12)), false)
+            .depth(WorkerId(1)),
+        1
+    );
+}
+
+#[test]
+fn sequence_numbers_detect_gaps_and_ignore_duplicates() {
+    let idx = index();
+    let first = batch(1, 0, vec![stored(&tokens(0..4), None, Tier::Device)]);
+    assert_eq!(idx.apply(&first, true).unwrap().status, SeqStatus::Applied);
+    assert_eq!(
+        idx.apply(&first, true).unwrap().status,
+        SeqStatus::Duplicate
+    );
+    let skipped = batch(1, 5, vec![KvEvent::Cleared]);
+    assert_eq!(
+        idx.apply(&skipped, true).unwrap().status,
+        SeqStatus::Gap { expected: 1 }
+    );
+    assert_eq!(
+        idx.find_matches(&seqs(&tokens(0..4)), false)
+            .depth(WorkerId(1)),
+        1
+    );
+    let new_worker = batch(2, 3, vec![]);
+    assert_eq!(
+        idx.apply(&new_worker, false).unwrap().status,
+        SeqStatus::Gap { expected: 0 }
+    );
+}
+
+#[test]
+fn resync_replaces_the_workers_view() {
+    let idx = index();
+    idx.apply(
+        &batch(1, 0, vec![stored(&tokens(0..8), None, Tier::Device)]),
+        true,
+    )
+    .unwrap();
+    let dump = batch(1, 9, vec![stored(&tokens(100..104), None, Tier::Device)]);
+    idx.resync(&dump).unwrap();
+    assert_eq!(
+        idx.find_matches(&seqs(&tokens(0..8)), false)
+            .depth(WorkerId(1)),
+        0
+    );
+    assert_eq!(
+        idx.find_matches(&seqs(&tokens(100..104)), false)
+            .depth(WorkerId(1)),
+        1
+    );
+    let next = batch(1, 10, vec![KvEvent::Cleared]);
+    assert_eq!(idx.apply(&next, true).unwrap().status, SeqStatus::Applied);
+}
+
+#[test]
+fn strict_rejects_unknown_blocks_and_changes_nothing() {
+    let idx = index();
+    let all = tokens(0..8);
+    let hashes = seqs(&all);
+    let bad = batch(
+        1,
+        0,
+        vec![
+            stored(&all, None, Tier::Device),
+            KvEvent::Removed {
+                block_ids: vec![EngineBlockId(7)],
+                tier: Tier::Device,
+            },
+        ],
+    );
+    assert!(matches!(
+        idx.apply(&bad, true),
+        Err(IndexError::UnknownBlock { event: 1, .. })
+    ));
+    assert_eq!(idx.stats().blocks, 0);
+    assert_eq!(idx.stats().workers, 0);
+    let orphan = batch(
+        1,
+        0,
+        vec![stored(&all[4..], Some(SeqHash(99)), Tier::Device)],
+    );
+    assert!(matches!(
+        idx.apply(&orphan, true),
+        Err(IndexError::UnknownParent { .. })
+    ));
+    let ok = batch(1, 0, vec![stored(&all, None, Tier::Device)]);
+    idx.apply(&ok, true).unwrap();
+    let lenient = batch(
+        1,
+        1,
+        vec![KvEvent::Removed {
+            block_ids: vec![EngineBlockId(7), EngineBlockId(hashes[1].0)],
+            tier: Tier::Device,
+        }],
+    );
+    let outcome = idx.apply(&lenient, false).unwrap();
+    assert_eq!((outcome.blocks_removed, outcome.unknown_removals), (1, 1));
+}
+
+#[test]
+fn malformed_events_are_rejected() {
+    let idx = index();
+    let short = KvEvent::Stored {
+        parent: None,
+        block_ids: vec![EngineBlockId(1), EngineBlockId(2)],
+        content: BlockContent::Tokens(tokens(0..6)),
+        tier: Tier::Device,
+        namespace_seed: 0,
+    };
+    let err = idx.apply(&batch(1, 0, vec![short]), false).unwrap_err();
+    assert!(err.to_string().contains("needs 8"), "{err}");
+    assert_eq!(idx.stats().workers, 0);
+}
+
+#[test]
+fn remove_worker_drops_its_blocks_only() {
+    let idx = index();
+    let all = tokens(0..8);
+    idx.apply(&batch(1, 0, vec![stored(&all, None, Tier::Device)]), true)
+        .unwrap();
+    idx.apply(&batch(2, 0, vec![stored(&all, None, Tier::Device)]), true)
+        .unwrap();
+    assert_eq!(idx.remove_worker(WorkerId(1)).unwrap(), 2);
+    assert_eq!(
+        idx.remove_worker(WorkerId(1)),
+        Err(IndexError::UnknownWorker(WorkerId(1)))
+    );
+    let scores = idx.find_matches(&seqs(&all), false);
+    assert_eq!(scores.scores.len(), 1);
+    assert_eq!(scores.depth(WorkerId(2)), 2);
+    assert_eq!(idx.stats().blocks, 2);
+}
+
+#[test]
+fn blocks_held_by_many_workers_spill_and_shrink() {
+    let idx = index();
+    let all = tokens(0..4);
+    for worker in 0..10 {
+        idx.apply(
+            &batch(worker, 0, vec![stored(&all, None, Tier::Device)]),
+            true,
+        )
+        .unwrap();
+    }
+    assert_eq!(idx.find_matches(&seqs(&all), false).scores.len(), 10);
+    for worker in 0..9 {
+        idx.remove_worker(WorkerId(worker)).unwrap();
+    }
+    assert_eq!(idx.find_matches(&seqs(&all), false).depth(WorkerId(9)), 1);
+}
+
+#[test]
+fn approximate_entries_expire_and_yield_to_events() {
+    let mut tree = PrefixTree::new(BS, None);
+    let all = tokens(0..8);
+    let hashes = seqs(&all);
+    tree.insert_approximate(WorkerId(1), &hashes, 100).unwrap();
+    tree.insert_approximate(WorkerId(2), &hashes, 100).unwrap();
+    assert_eq!(tree.find_matches(&hashes, false).depth(WorkerId(1)), 2);
+    tree.apply(&batch(2, 0, vec![stored(&all, None, Tier::Host)]), true)
+        .unwrap();
+    tree.expire_approximate(100);
+    assert_eq!(tree.find_matches(&hashes, false).depth(WorkerId(1)), 0);
+    let confirmed = tree.find_matches(&hashes, false).get(WorkerId(2)).unwrap();
+    assert_eq!(confirmed.host, 2, "the confirmed tier replaces the guess");
+    assert_eq!(tree.num_approximate(), 0);
+}
+
+#[test]
+fn refreshed_approximate_entries_live_until_the_new_expiry() {
+    let mut tree = PrefixTree::new(BS, None);
+    let hashes = seqs(&tokens(0..4));
+    tree.insert_approximate(WorkerId(1), &hashes, 100).unwrap();
+    tree.insert_approximate(WorkerId(1), &hashes, 200).unwrap();
+    tree.expire_approximate(150);
+    assert_eq!(tree.find_matches(&hashes, false).depth(WorkerId(1)), 1);
+    tree.expire_approximate(200);
+    assert_eq!(tree.num_nodes(), 0);
+}
+
+#[test]
+fn pruning_keeps_the_bound_and_drops_least_recently_used() {
+    let idx = PrefixIndex::new(IndexConfig {
+        block_size: BS,
+        max_nodes: Some(100),
+    });
+    let hot = tokens(0..8);
+    idx.apply(&batch(1, 0, vec![stored(&hot, None, Tier::Device)]), true)
+        .unwrap();
+    for seq in 1..60u64 {
+        let start = 1000 * seq as u32;
+        idx.apply(
+            &batch(
+                1,
+                seq,
+                vec![stored(&tokens(start..start + 8), None, Tier::Device)],
+            ),
+            false,
+        )
+        .unwrap();
+        idx.find_matches(&seqs(&hot), false);
+    }
+    let stats = idx.stats();
+    assert!(stats.blocks <= 100, "{stats:?}");
+    assert!(stats.pruned_total > 0);
+    assert_eq!(idx.find_matches(&seqs(&hot), false).depth(WorkerId(1)), 2);
+    assert_eq!(idx.workers()[0].blocks, stats.blocks);
+}
+
+#[test]
+fn snapshot_round_trips_blocks_tiers_and_sequence_numbers() {
+    let idx = index();
+    let all = tokens(0..12);
+    idx.apply(&batch(1, 0, vec![stored(&all, None, Tier::Device)]), true)
+        .unwrap();
+    idx.apply(
+        &batch(2, 0, vec![stored(&all[..4], None, Tier::Disk)]),
+        true,
+    )
+    .unwrap();
+    idx.insert_approximate(WorkerId(3), &seqs(&all), std::time::Duration::from_secs(60))
+        .unwrap();
+    let restored = PrefixIndex::restore(&idx.snapshot()).unwrap();
+    let scores = restored.find_matches(&seqs(&all), false);
+    assert_eq!(scores.depth(WorkerId(1)), 3);
+    assert_eq!(scores.get(WorkerId(2)).unwrap().disk, 1);
+    assert_eq!(
+        scores.depth(WorkerId(3)),
+        0,
+        "approximate entries are not kept"
+    );
+    let next = batch(1, 1, vec![KvEvent::Cleared]);
+    assert_eq!(
+        restored.apply(&next, true).unwrap().status,
+        SeqStatus::Applied
+    );
+    assert!(matches!(
+        PrefixIndex::restore(b"nonsense"),
+        Err(IndexError::BadSnapshot(_))
+    ));
+}
