@@ -34,7 +34,10 @@ impl BlockHasher {
     /// Local hash of one full block.
     pub fn local_hash(&self, block: &[u32]) -> LocalHash {
         debug_assert_eq!(block.len(), self.block_size);
-        LocalHash(xxh3_64_with_seed(tokens_as_le_bytes(block).as_ref(), self.seed))
+        LocalHash(xxh3_64_with_seed(
+            tokens_as_le_bytes(block).as_ref(),
+            self.seed,
+        ))
     }
 
     /// Local hashes of every full block; the partial tail is ignored.
