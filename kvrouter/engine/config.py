@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ class ModelConfig:
     qkv_bias: bool
     rope: RopeConfig
     dtype: torch.dtype
+    eos_token_ids: tuple[int, ...] = ()
 
     @classmethod
     def from_file(cls, path: str | Path) -> ModelConfig:
@@ -81,7 +82,14 @@ class ModelConfig:
             qkv_bias=model_type == "qwen2" or hf.get("attention_bias", False),
             rope=_parse_rope(hf),
             dtype=_parse_dtype(hf),
+            eos_token_ids=_parse_eos(hf.get("eos_token_id")),
         )
+
+
+def _parse_eos(value: int | list[int] | None) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, int) else tuple(value)
 
 
 def _parse_dtype(hf: dict[str, Any]) -> torch.dtype:
@@ -137,7 +145,6 @@ class EngineConfig:
     namespace: str = ""
     tp_rank: int = 0
     tp_size: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.block_size <= 0:

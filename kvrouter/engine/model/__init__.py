@@ -1,0 +1,1 @@
+"""The Llama/Qwen2 decoder and its checkpoint loader."""
