@@ -14,7 +14,8 @@ evicted before the prefix other requests are likely to reuse.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence as SequenceOf
+from collections.abc import Callable
+from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
 
 from kvrouter.engine.events import DEVICE_TIER, KvEventSink, NullEventSink
@@ -83,9 +84,10 @@ class BlockManager:
             block_id = self.cached.get(block_hash)
             start = index * self.block_size
             # A 64-bit hash match is checked against the tokens before it is trusted.
-            if block_id is None or self.blocks[block_id].token_ids != seq.token_ids[
-                start : start + self.block_size
-            ]:
+            if (
+                block_id is None
+                or self.blocks[block_id].token_ids != seq.token_ids[start : start + self.block_size]
+            ):
                 break
             hits.append(block_id)
         return hits
@@ -159,7 +161,9 @@ class BlockManager:
         already = [self.cached.get(block_hash) for block_hash in block_hashes]
         needed = sum(1 for block_id in already if block_id is None)
         held_free = sum(
-            1 for block_id in already if block_id is not None and self.blocks[block_id].ref_count == 0
+            1
+            for block_id in already
+            if block_id is not None and self.blocks[block_id].ref_count == 0
         )
         if needed > self.num_free_blocks - held_free:
             raise RuntimeError(f"cannot import {needed} blocks: {self.num_free_blocks} free")

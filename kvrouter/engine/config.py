@@ -61,9 +61,8 @@ class ModelConfig:
     def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
         model_type = hf.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(
-                f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
-            )
+            supported = ", ".join(SUPPORTED_MODEL_TYPES)
+            raise ValueError(f"unsupported model_type {model_type!r}; supported: {supported}")
         num_heads = hf["num_attention_heads"]
         hidden_size = hf["hidden_size"]
         return cls(

@@ -62,7 +62,8 @@ class KvBlocks:
         expected = len(block_ids) * layout.bytes_per_block
         if len(payload) != expected:
             raise ValueError(
-                f"KV payload has {len(payload)} bytes; {len(block_ids)} blocks of {layout} need {expected}"
+                f"KV payload has {len(payload)} bytes; "
+                f"{len(block_ids)} blocks of {layout} need {expected}"
             )
         raw = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
         two, num_layers, block_size, heads, head_dim = layout.block_shape

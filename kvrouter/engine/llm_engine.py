@@ -257,7 +257,9 @@ class LLMEngine:
         prefix hits and are announced with stored events like computed blocks.
         Returns how many blocks were new here."""
         if blocks.layout != self.kv_layout:
-            raise ValueError(f"KV layout {blocks.layout} does not match this engine's {self.kv_layout}")
+            raise ValueError(
+                f"KV layout {blocks.layout} does not match this engine's {self.kv_layout}"
+            )
         own_ids = self.block_ids(token_ids)
         if not blocks.block_ids:
             return 0
@@ -272,7 +274,8 @@ class LLMEngine:
             )
         size = self.config.block_size
         tokens = [
-            token_ids[(first + i) * size : (first + i + 1) * size] for i in range(len(blocks.block_ids))
+            token_ids[(first + i) * size : (first + i + 1) * size]
+            for i in range(len(blocks.block_ids))
         ]
         parent = own_ids[first - 1] if first > 0 else None
         reservation = self.block_manager.register_imported(blocks.block_ids, tokens, parent)

@@ -54,7 +54,7 @@ class ModelRunner:
 
     @property
     def block_shape(self) -> tuple[int, ...]:
-        """Shape of one block's KV across layers: [2, num_layers, block_size, kv heads, head_dim]."""
+        """One block's KV across layers: [2, num_layers, block_size, kv heads, head_dim]."""
         num_layers, _, block_size, heads, head_dim = self.k_cache.shape
         return (2, num_layers, block_size, heads, head_dim)
 
@@ -116,9 +116,11 @@ class ModelRunner:
 
     @torch.inference_mode()
     def read_blocks(self, block_ids: list[int]) -> torch.Tensor:
-        """KV of the given physical blocks as one contiguous [2, layers, n, block_size, heads, dim] tensor."""
+        """KV of physical blocks, contiguous: [2, layers, n, block_size, heads, head_dim]."""
         index = torch.tensor(block_ids, dtype=torch.int64, device=self.device)
-        return torch.stack((self.k_cache.index_select(1, index), self.v_cache.index_select(1, index)))
+        return torch.stack(
+            (self.k_cache.index_select(1, index), self.v_cache.index_select(1, index))
+        )
 
     @torch.inference_mode()
     def write_blocks(self, block_ids: list[int], data: torch.Tensor) -> None:
@@ -133,5 +135,7 @@ class ModelRunner:
     def _block_tables(self, items: list[ScheduledSequence]) -> torch.Tensor:
         width = max((len(item.seq.block_table) for item in items), default=0)
         rows = [item.seq.block_table + [0] * (width - len(item.seq.block_table)) for item in items]
-        table = torch.tensor(rows, dtype=torch.int32) if rows else torch.zeros(0, 0, dtype=torch.int32)
+        table = (
+            torch.tensor(rows, dtype=torch.int32) if rows else torch.zeros(0, 0, dtype=torch.int32)
+        )
         return table.to(self.device, non_blocking=True)

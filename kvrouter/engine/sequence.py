@@ -52,7 +52,9 @@ class RequestTimings:
 
 
 class Sequence:
-    def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def __init__(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
+    ) -> None:
         if not prompt_token_ids:
             raise ValueError("the prompt must hold at least one token")
         self.request_id = request_id

@@ -59,13 +59,19 @@ def write_tiny_checkpoint(
     }
     if config_style == "transformers5":
         config["dtype"] = dtype
-        config["rope_parameters"] = {"rope_type": "default", "rope_theta": rope_theta, **(rope_scaling or {})}
+        config["rope_parameters"] = {
+            "rope_type": "default",
+            "rope_theta": rope_theta,
+            **(rope_scaling or {}),
+        }
     elif config_style == "transformers4":
         config["torch_dtype"] = dtype
         config["rope_theta"] = rope_theta
         config["rope_scaling"] = rope_scaling
     else:
-        raise ValueError(f"config_style must be transformers4 or transformers5, got {config_style!r}")
+        raise ValueError(
+            f"config_style must be transformers4 or transformers5, got {config_style!r}"
+        )
     (path / "config.json").write_text(json.dumps(config, indent=2))
 
     generator = torch.Generator().manual_seed(seed)
@@ -80,7 +86,9 @@ def write_tiny_checkpoint(
 
     torch_dtype = getattr(torch, dtype)
     shards: list[dict[str, torch.Tensor]] = [{}, {}]
-    shards[0]["model.embed_tokens.weight"] = torch.randn(vocab_size, hidden_size, generator=generator)
+    shards[0]["model.embed_tokens.weight"] = torch.randn(
+        vocab_size, hidden_size, generator=generator
+    )
     for layer in range(num_layers):
         shard = shards[0] if layer < num_layers // 2 else shards[1]
         prefix = f"model.layers.{layer}"

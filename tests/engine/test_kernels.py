@@ -93,7 +93,13 @@ def test_paged_prefill_matches_reference(dtype, generator):
     cu_seqlens = cu_seqlens.to(DEVICE)
 
     expected = paged_prefill_attention_reference(
-        query, batch.k_cache, batch.v_cache, batch.block_tables, cu_seqlens, batch.context_lens, scale
+        query,
+        batch.k_cache,
+        batch.v_cache,
+        batch.block_tables,
+        cu_seqlens,
+        batch.context_lens,
+        scale,
     )
     actual = paged_prefill_attention_triton(
         query,
@@ -110,11 +116,19 @@ def test_paged_prefill_matches_reference(dtype, generator):
 
 def test_reference_prefill_equals_dense_causal_attention(generator):
     """The reference itself: a whole prompt in one chunk is ordinary causal attention."""
-    batch = random_paged_batch([11], NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, torch.float32, "cpu", generator)
+    batch = random_paged_batch(
+        [11], NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, torch.float32, "cpu", generator
+    )
     query = torch.randn(11, NUM_HEADS, HEAD_DIM, generator=generator)
     cu_seqlens = torch.tensor([0, 11], dtype=torch.int32)
     actual = paged_prefill_attention_reference(
-        query, batch.k_cache, batch.v_cache, batch.block_tables, cu_seqlens, batch.context_lens, 0.25
+        query,
+        batch.k_cache,
+        batch.v_cache,
+        batch.block_tables,
+        cu_seqlens,
+        batch.context_lens,
+        0.25,
     )
     pages = batch.block_tables[0, :3].long()
     key = batch.k_cache[pages].reshape(-1, NUM_KV_HEADS, HEAD_DIM)[:11]

@@ -114,7 +114,7 @@ class TritonAttentionBackend:
 
 
 def select_backend(name: str, device: torch.device) -> AttentionBackend:
-    """"auto" means Triton on CUDA and torch elsewhere; Triton on CPU needs
+    """ "auto" means Triton on CUDA and torch elsewhere; Triton on CPU needs
     TRITON_INTERPRET=1 and is for testing only."""
     if name == "auto":
         name = "triton" if device.type == "cuda" else "torch"

@@ -188,7 +188,9 @@ def paged_decode_attention_triton(
     partial_out = torch.empty(
         batch, num_heads, num_splits, head_dim, dtype=torch.float32, device=query.device
     )
-    partial_lse = torch.empty(batch, num_heads, num_splits, dtype=torch.float32, device=query.device)
+    partial_lse = torch.empty(
+        batch, num_heads, num_splits, dtype=torch.float32, device=query.device
+    )
     head_dim_pad = pad_pow2(head_dim)
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](
         query,

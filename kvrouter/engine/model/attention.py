@@ -29,7 +29,11 @@ class Attention(nn.Module):
         self.scale = head_dim**-0.5
         self.qkv_proj = ColumnParallelLinear(
             config.hidden_size,
-            [config.num_heads * head_dim, config.num_kv_heads * head_dim, config.num_kv_heads * head_dim],
+            [
+                config.num_heads * head_dim,
+                config.num_kv_heads * head_dim,
+                config.num_kv_heads * head_dim,
+            ],
             bias=config.qkv_bias,
             tp=tp,
         )

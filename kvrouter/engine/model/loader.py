@@ -77,7 +77,9 @@ def _load_one(model: CausalLM, modules: dict, name: str, tensor: torch.Tensor) -
     if not isinstance(param, torch.nn.Parameter):
         raise ValueError(f"unexpected tensor {name!r} in checkpoint")
     if param.shape != tensor.shape:
-        raise ValueError(f"tensor {name!r} has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}")
+        raise ValueError(
+            f"tensor {name!r} has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}"
+        )
     param.data.copy_(tensor)
     return (module_path, param_name, 0)
 
