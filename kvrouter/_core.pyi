@@ -112,3 +112,68 @@ class PrefixIndex:
     def snapshot(self) -> bytes: ...
     @staticmethod
     def restore(data: bytes) -> PrefixIndex: ...
+
+class NoWorkerAvailable(RuntimeError):
+    """No healthy worker can take the request (none registered, all
+    unhealthy, or none with room for the prompt)."""
+
+# (worker, device, host, disk, queue_ms, prefill_ms, reload_ms, decode_ms,
+#  transfer_ms, overflow_ms, active_requests, overloaded)
+CandidateRow = tuple[int, int, int, int, float, float, float, float, float, float, int, bool]
+
+class RoutingCore:
+    """The routing policy's scoring and load book (see kvrouter.policy.Router)."""
+
+    def __init__(
+        self,
+        block_size: int,
+        *,
+        prefill_base_ms: float,
+        prefill_ms_per_token: float,
+        attention_ms_per_token2: float,
+        decode_ms_per_block: float,
+        host_reload_ms_per_block: float,
+        disk_reload_ms_per_block: float,
+        transfer_ms_per_block: float,
+        max_batched_tokens: float,
+        temperature: float,
+        tie_tolerance: float,
+        overload_factor: float,
+        calibrate: bool,
+        calibration_alpha: float,
+        seed: int,
+        local_prefill_max_tokens: int,
+        prefill_saturation_ms: float,
+        stale_after_s: float,
+    ) -> None: ...
+    def upsert_worker(self, worker_id: int, role: str, capacity_blocks: int) -> None: ...
+    def remove_worker(self, worker_id: int) -> list[str]:
+        """Returns the ids of the requests that were booked on the worker."""
+    def set_healthy(self, worker_id: int, healthy: bool) -> None: ...
+    def report_load(
+        self,
+        worker_id: int,
+        queued_prefill_tokens: int,
+        active_decode_blocks: int,
+        active_requests: int,
+    ) -> None: ...
+    def route(
+        self,
+        request_id: str,
+        num_tokens: int,
+        num_blocks: int,
+        overlaps: dict[int, tuple[int, int, int]],
+        now_s: float,
+    ) -> tuple[int, int | None, float, int, str, list[CandidateRow], list[CandidateRow]]:
+        """Scores all candidates with the GIL released and books the winner(s):
+        (decode_worker, prefill_worker, predicted_ttft_ms, prefill_tokens,
+        reason, decode candidates, prefill candidates). Raises
+        NoWorkerAvailable, or ValueError for a request id already booked."""
+    def prefill_done(self, request_id: str) -> bool: ...
+    def release(self, request_id: str) -> bool: ...
+    def observe_prefill(self, new_tokens: float, cached_tokens: float, ms: float) -> None: ...
+    def observe_decode_step(self, active_blocks: float, ms: float) -> None: ...
+    def observe_transfer(self, blocks: float, ms: float) -> None: ...
+    def load(self, worker_id: int) -> tuple[int, int, int]: ...
+    def coefficients(self) -> dict[str, float]: ...
+    def __len__(self) -> int: ...

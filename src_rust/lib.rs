@@ -5,6 +5,7 @@
 pub mod hashing;
 pub mod ids;
 pub mod index;
+pub mod policy;
 
 #[cfg(feature = "python")]
 mod python;

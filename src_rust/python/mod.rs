@@ -4,6 +4,7 @@ mod events;
 mod hashing;
 mod index;
 mod ints;
+mod policy;
 
 use pyo3::prelude::*;
 
@@ -21,6 +22,11 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<index::PyApplyOutcome>()?;
     m.add_class::<index::PyOverlapScores>()?;
     m.add_class::<index::PyPrefixIndex>()?;
+    m.add_class::<policy::PyRoutingCore>()?;
+    m.add(
+        "NoWorkerAvailable",
+        m.py().get_type::<policy::NoWorkerAvailable>(),
+    )?;
     m.add("DEFAULT_BLOCK_SIZE", crate::hashing::DEFAULT_BLOCK_SIZE)?;
     Ok(())
 }

@@ -1,0 +1,198 @@
+//! The load book: what the router itself has sent to each worker and not yet
+//! seen finish. Charging at routing time is what spreads a burst of requests
+//! before any worker has reported load.
+
+use crate::ids::WorkerId;
+use hashbrown::HashMap;
+use std::collections::VecDeque;
+
+/// Load the router has charged to one worker.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Booked {
+    pub prefill_tokens: u64,
+    pub decode_blocks: u64,
+    pub requests: u64,
+}
+
+/// One routed request's charges.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Booking {
+    /// Where the prefill tokens are charged (the decode worker when local).
+    pub prefill_worker: WorkerId,
+    pub decode_worker: WorkerId,
+    pub prefill_tokens: u64,
+    pub decode_blocks: u64,
+    pub prefill_open: bool,
+    pub at_ms: u64,
+}
+
+#[derive(Default, Debug)]
+pub struct LoadBook {
+    bookings: HashMap<String, Booking>,
+    per_worker: HashMap<WorkerId, Booked>,
+    /// Routing order, for expiry: (time, request id). Entries whose request
+    /// already left the book are skipped when reached.
+    order: VecDeque<(u64, String)>,
+}
+
+impl LoadBook {
+    pub fn booked(&self, worker: WorkerId) -> Booked {
+        self.per_worker.get(&worker).copied().unwrap_or_default()
+    }
+
+    pub fn contains(&self, request_id: &str) -> bool {
+        self.bookings.contains_key(request_id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.bookings.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bookings.is_empty()
+    }
+
+    pub fn charge(&mut self, request_id: String, booking: Booking) {
+        let prefill = self.per_worker.entry(booking.prefill_worker).or_default();
+        prefill.prefill_tokens += booking.prefill_tokens;
+        let decode = self.per_worker.entry(booking.decode_worker).or_default();
+        decode.decode_blocks += booking.decode_blocks;
+        decode.requests += 1;
+        self.order.push_back((booking.at_ms, request_id.clone()));
+        self.bookings.insert(request_id, booking);
+    }
+
+    /// The prefill finished: its tokens no longer queue on the prefill worker.
+    /// Returns false for an unknown request or a repeated call.
+    pub fn prefill_done(&mut self, request_id: &str) -> bool {
+        let Some(booking) = self.bookings.get_mut(request_id) else {
+            return false;
+        };
+        if !booking.prefill_open {
+            return false;
+        }
+        booking.prefill_open = false;
+        if let Some(w) = self.per_worker.get_mut(&booking.prefill_worker) {
+            w.prefill_tokens -= booking.prefill_tokens;
+        }
+        true
+    }
+
+    /// The request finished or was cancelled: free everything it holds.
+    pub fn release(&mut self, request_id: &str) -> Option<Booking> {
+        let booking = self.bookings.remove(request_id)?;
+        if booking.prefill_open {
+            if let Some(w) = self.per_worker.get_mut(&booking.prefill_worker) {
+                w.prefill_tokens -= booking.prefill_tokens;
+            }
+        }
+        if let Some(w) = self.per_worker.get_mut(&booking.decode_worker) {
+            w.decode_blocks -= booking.decode_blocks;
+            w.requests -= 1;
+        }
+        Some(booking)
+    }
+
+    /// Drops bookings routed before `horizon_ms`: their finish report was
+    /// lost, and counting them forever would starve the worker.
+    pub fn expire(&mut self, horizon_ms: u64) -> usize {
+        let mut expired = 0;
+        while let Some((at, _)) = self.order.front() {
+            if *at >= horizon_ms {
+                break;
+            }
+            let (at, request_id) = self.order.pop_front().expect("front exists");
+            if self
+                .bookings
+                .get(&request_id)
+                .is_some_and(|b| b.at_ms == at)
+            {
+                self.release(&request_id);
+                expired += 1;
+            }
+        }
+        expired
+    }
+
+    /// Releases every booking that involves the worker; returns their ids.
+    pub fn drop_worker(&mut self, worker: WorkerId) -> Vec<String> {
+        let ids: Vec<String> = self
+            .bookings
+            .iter()
+            .filter(|(_, b)| b.prefill_worker == worker || b.decode_worker == worker)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &ids {
+            self.release(id);
+        }
+        self.per_worker.remove(&worker);
+        ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn booking(p: u64, d: u64, at_ms: u64) -> Booking {
+        Booking {
+            prefill_worker: WorkerId(p),
+            decode_worker: WorkerId(d),
+            prefill_tokens: 1000,
+            decode_blocks: 20,
+            prefill_open: true,
+            at_ms,
+        }
+    }
+
+    #[test]
+    fn charge_prefill_done_release() {
+        let mut book = LoadBook::default();
+        book.charge("a".into(), booking(1, 2, 0));
+        assert_eq!(book.booked(WorkerId(1)).prefill_tokens, 1000);
+        assert_eq!(
+            book.booked(WorkerId(2)),
+            Booked {
+                prefill_tokens: 0,
+                decode_blocks: 20,
+                requests: 1
+            }
+        );
+        assert!(book.prefill_done("a"));
+        assert!(!book.prefill_done("a"));
+        assert_eq!(book.booked(WorkerId(1)).prefill_tokens, 0);
+        assert!(book.release("a").is_some());
+        assert!(book.release("a").is_none());
+        assert_eq!(book.booked(WorkerId(2)), Booked::default());
+    }
+
+    #[test]
+    fn release_before_prefill_done_frees_the_prefill_tokens() {
+        let mut book = LoadBook::default();
+        book.charge("a".into(), booking(3, 3, 0));
+        book.release("a");
+        assert_eq!(book.booked(WorkerId(3)), Booked::default());
+    }
+
+    #[test]
+    fn stale_bookings_expire_in_order() {
+        let mut book = LoadBook::default();
+        book.charge("old".into(), booking(1, 1, 10));
+        book.charge("done".into(), booking(1, 1, 20));
+        book.charge("new".into(), booking(1, 1, 30));
+        book.release("done");
+        assert_eq!(book.expire(25), 1);
+        assert!(!book.contains("old") && book.contains("new"));
+        assert_eq!(book.booked(WorkerId(1)).requests, 1);
+    }
+
+    #[test]
+    fn dropping_a_worker_releases_its_requests() {
+        let mut book = LoadBook::default();
+        book.charge("a".into(), booking(1, 2, 0));
+        book.charge("b".into(), booking(3, 3, 0));
+        assert_eq!(book.drop_worker(WorkerId(2)), vec!["a".to_string()]);
+        assert_eq!(book.booked(WorkerId(1)), Booked::default());
+        assert_eq!(book.len(), 1);
+    }
+}

@@ -1,0 +1,246 @@
+//! The cost of sending a request to a worker: its predicted time to first
+//! token, in milliseconds, split into the parts an explanation shows.
+
+use crate::index::TierDepths;
+
+/// Coefficients of the TTFT model. Defaults fit an H100-class engine serving
+/// an 8B model with chunked prefill (see docs/routing.md).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Coefficients {
+    /// Fixed cost of a prefill (scheduling, the first decode step).
+    pub prefill_base_ms: f64,
+    /// Prefill of n new tokens after p cached ones costs
+    /// `prefill_ms_per_token * n + attention_ms_per_token2 * n * (p + n / 2)`.
+    pub prefill_ms_per_token: f64,
+    pub attention_ms_per_token2: f64,
+    /// Every engine iteration also reads the KV of the running decodes.
+    pub decode_ms_per_block: f64,
+    /// Bringing a matched block back to the device from host memory or disk.
+    pub host_reload_ms_per_block: f64,
+    pub disk_reload_ms_per_block: f64,
+    /// Moving one block from a prefill worker to a decode worker.
+    pub transfer_ms_per_block: f64,
+    /// Prefill tokens one engine iteration takes (the chunk size).
+    pub max_batched_tokens: f64,
+}
+
+impl Default for Coefficients {
+    fn default() -> Self {
+        Coefficients {
+            prefill_base_ms: 12.0,
+            prefill_ms_per_token: 0.02,
+            attention_ms_per_token2: 1.06e-8,
+            decode_ms_per_block: 0.0032,
+            host_reload_ms_per_block: 0.05,
+            disk_reload_ms_per_block: 0.5,
+            transfer_ms_per_block: 0.1,
+            max_batched_tokens: 8192.0,
+        }
+    }
+}
+
+/// What a worker carries when a request is scored against it.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Load {
+    pub queued_prefill_tokens: u64,
+    pub active_decode_blocks: u64,
+    pub active_requests: u64,
+    pub capacity_blocks: u64,
+}
+
+/// The request being scored.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Request {
+    pub num_tokens: u64,
+    pub num_blocks: u64,
+    pub block_size: u64,
+}
+
+/// One candidate's predicted TTFT and its parts, in ms.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Cost {
+    pub queue_ms: f64,
+    pub prefill_ms: f64,
+    pub reload_ms: f64,
+    pub decode_ms: f64,
+    pub transfer_ms: f64,
+    /// Blocks the request would push out of a full cache, priced as prefill.
+    pub overflow_ms: f64,
+}
+
+impl Cost {
+    pub fn total(&self) -> f64 {
+        self.queue_ms
+            + self.prefill_ms
+            + self.reload_ms
+            + self.decode_ms
+            + self.transfer_ms
+            + self.overflow_ms
+    }
+}
+
+impl Coefficients {
+    /// Time to prefill `new` tokens after `cached` ones, on an idle worker.
+    pub fn prefill_ms(&self, new: f64, cached: f64) -> f64 {
+        if new <= 0.0 {
+            return self.prefill_base_ms;
+        }
+        self.prefill_base_ms
+            + self.prefill_ms_per_token * new
+            + self.attention_ms_per_token2 * new * (cached + new / 2.0)
+    }
+
+    /// Tokens this worker would still have to compute for the request.
+    pub fn uncached_tokens(&self, request: &Request, overlap: TierDepths) -> u64 {
+        let cached = u64::from(overlap.total()) * request.block_size;
+        request.num_tokens.saturating_sub(cached)
+    }
+
+    /// Predicted TTFT of prefilling the request on a worker (aggregated, or
+    /// the prefill side of a split).
+    pub fn prefill_cost(&self, request: &Request, overlap: TierDepths, load: &Load) -> Cost {
+        let new = self.uncached_tokens(request, overlap) as f64;
+        let cached = request.num_tokens as f64 - new;
+        let queued = load.queued_prefill_tokens as f64;
+        let iterations = ((queued + new) / self.max_batched_tokens.max(1.0))
+            .ceil()
+            .max(1.0);
+        let free = load
+            .capacity_blocks
+            .saturating_sub(load.active_decode_blocks);
+        let overflow_blocks = request
+            .num_blocks
+            .saturating_sub(u64::from(overlap.total()))
+            .saturating_sub(free);
+        Cost {
+            queue_ms: self.prefill_ms_per_token * queued,
+            prefill_ms: self.prefill_ms(new, cached),
+            reload_ms: f64::from(overlap.host) * self.host_reload_ms_per_block
+                + f64::from(overlap.disk) * self.disk_reload_ms_per_block,
+            decode_ms: iterations * self.decode_ms_per_block * load.active_decode_blocks as f64,
+            transfer_ms: 0.0,
+            overflow_ms: overflow_blocks as f64
+                * request.block_size as f64
+                * self.prefill_ms_per_token,
+        }
+    }
+
+    /// The decode side of a split: receiving the blocks it lacks and running
+    /// the first step among its current decodes.
+    pub fn decode_cost(&self, request: &Request, overlap: TierDepths, load: &Load) -> Cost {
+        let missing = request.num_blocks.saturating_sub(u64::from(overlap.device));
+        let free = load
+            .capacity_blocks
+            .saturating_sub(load.active_decode_blocks);
+        let overflow_blocks = missing.saturating_sub(free);
+        Cost {
+            decode_ms: self.decode_ms_per_block * load.active_decode_blocks as f64,
+            transfer_ms: missing as f64 * self.transfer_ms_per_block,
+            overflow_ms: overflow_blocks as f64
+                * request.block_size as f64
+                * self.prefill_ms_per_token,
+            ..Cost::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(tokens: u64) -> Request {
+        Request {
+            num_tokens: tokens,
+            num_blocks: tokens / 64,
+            block_size: 64,
+        }
+    }
+
+    fn idle() -> Load {
+        Load {
+            capacity_blocks: 16_384,
+            ..Load::default()
+        }
+    }
+
+    fn device(blocks: u32) -> TierDepths {
+        TierDepths {
+            device: blocks,
+            host: 0,
+            disk: 0,
+        }
+    }
+
+    #[test]
+    fn cached_prefix_lowers_the_cost() {
+        let c = Coefficients::default();
+        let cold = c.prefill_cost(&request(6400), device(0), &idle());
+        let warm = c.prefill_cost(&request(6400), device(90), &idle());
+        assert!(warm.total() < cold.total() / 5.0);
+        assert_eq!(c.uncached_tokens(&request(6400), device(90)), 640);
+    }
+
+    #[test]
+    fn queued_work_adds_linearly() {
+        let c = Coefficients::default();
+        let busy = Load {
+            queued_prefill_tokens: 10_000,
+            ..idle()
+        };
+        let extra = c.prefill_cost(&request(640), device(0), &busy).total()
+            - c.prefill_cost(&request(640), device(0), &idle()).total();
+        assert!((extra - 10_000.0 * c.prefill_ms_per_token).abs() < 1e-9);
+    }
+
+    #[test]
+    fn host_and_disk_hits_cost_a_reload() {
+        let c = Coefficients::default();
+        let host = TierDepths {
+            device: 0,
+            host: 10,
+            disk: 0,
+        };
+        let disk = TierDepths {
+            device: 0,
+            host: 0,
+            disk: 10,
+        };
+        let on_device = c.prefill_cost(&request(640), device(10), &idle()).total();
+        let on_host = c.prefill_cost(&request(640), host, &idle()).total();
+        let on_disk = c.prefill_cost(&request(640), disk, &idle()).total();
+        assert!(on_device < on_host && on_host < on_disk);
+    }
+
+    #[test]
+    fn decode_pressure_grows_with_active_blocks() {
+        let c = Coefficients::default();
+        let loaded = Load {
+            active_decode_blocks: 10_000,
+            ..idle()
+        };
+        let cost = c.prefill_cost(&request(640), device(0), &loaded);
+        assert!((cost.decode_ms - 10_000.0 * c.decode_ms_per_block).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_full_cache_prices_the_overflow() {
+        let c = Coefficients::default();
+        let full = Load {
+            active_decode_blocks: 16_380,
+            ..idle()
+        };
+        assert!(c.prefill_cost(&request(640), device(0), &full).overflow_ms > 0.0);
+        assert_eq!(
+            c.prefill_cost(&request(640), device(0), &idle())
+                .overflow_ms,
+            0.0
+        );
+    }
+
+    #[test]
+    fn decode_side_pays_transfer_for_missing_blocks() {
+        let c = Coefficients::default();
+        let cost = c.decode_cost(&request(640), device(4), &idle());
+        assert!((cost.transfer_ms - 6.0 * c.transfer_ms_per_block).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,158 @@
+use super::*;
+
+fn policy(workers: &[(u64, Role)]) -> Policy {
+    let mut p = Policy::new(PolicyConfig::default());
+    for &(id, role) in workers {
+        p.upsert_worker(WorkerId(id), role, 16_384);
+    }
+    p
+}
+
+fn request(blocks: u64) -> Request {
+    Request {
+        num_tokens: blocks * 64,
+        num_blocks: blocks,
+        block_size: 64,
+    }
+}
+
+fn cached(worker: u64, blocks: u32) -> (WorkerId, TierDepths) {
+    (
+        WorkerId(worker),
+        TierDepths {
+            device: blocks,
+            host: 0,
+            disk: 0,
+        },
+    )
+}
+
+#[test]
+fn spreads_a_burst_when_no_load_is_reported() {
+    let mut p = policy(&[
+        (0, Role::Both),
+        (1, Role::Both),
+        (2, Role::Both),
+        (3, Role::Both),
+    ]);
+    let mut counts = [0; 4];
+    for i in 0..40 {
+        let d = p.route(&format!("r{i}"), request(20), &[], 0).unwrap();
+        counts[d.decode_worker.0 as usize] += 1;
+    }
+    assert_eq!(counts, [10, 10, 10, 10]);
+}
+
+#[test]
+fn follows_the_cache_and_replicates_a_hot_prefix() {
+    let mut p = policy(&[(0, Role::Both), (1, Role::Both)]);
+    let first = p.route("a", request(200), &[cached(0, 190)], 0).unwrap();
+    assert_eq!(first.decode_worker, WorkerId(0));
+    // Keep sending the same hot prompt: worker 0's queue grows until paying
+    // the full prefill elsewhere is faster.
+    let workers: Vec<u64> = (0..30)
+        .map(|i| {
+            p.route(&format!("h{i}"), request(200), &[cached(0, 190)], 0)
+                .unwrap()
+                .decode_worker
+                .0
+        })
+        .collect();
+    assert!(workers.contains(&1), "{workers:?}");
+}
+
+#[test]
+fn finished_requests_stop_counting() {
+    let mut p = policy(&[(0, Role::Both)]);
+    p.route("a", request(10), &[], 0).unwrap();
+    assert_eq!(p.load(WorkerId(0)).active_requests, 1);
+    assert!(p.prefill_done("a"));
+    assert_eq!(p.load(WorkerId(0)).queued_prefill_tokens, 0);
+    assert!(p.release("a"));
+    assert_eq!(
+        p.load(WorkerId(0)),
+        Load {
+            capacity_blocks: 16_384,
+            ..Load::default()
+        }
+    );
+}
+
+#[test]
+fn stale_bookings_expire() {
+    let mut p = policy(&[(0, Role::Both)]);
+    p.route("lost", request(10), &[], 0).unwrap();
+    p.route("fresh", request(10), &[], p.config.stale_after_ms + 1)
+        .unwrap();
+    assert_eq!(p.load(WorkerId(0)).active_requests, 1);
+}
+
+#[test]
+fn errors_are_specific() {
+    let mut p = policy(&[(0, Role::Prefill)]);
+    assert!(matches!(
+        p.route("a", request(1), &[], 0),
+        Err(RouteError::NoWorker { .. })
+    ));
+    p.upsert_worker(WorkerId(1), Role::Decode, 4);
+    assert!(matches!(
+        p.route("a", request(5), &[], 0),
+        Err(RouteError::NoWorker { .. })
+    ));
+    p.route("a", request(2), &[], 0).unwrap();
+    assert!(matches!(
+        p.route("a", request(2), &[], 0),
+        Err(RouteError::DuplicateRequest(_))
+    ));
+    p.set_healthy(WorkerId(1), false).unwrap();
+    assert!(matches!(
+        p.route("b", request(2), &[], 0),
+        Err(RouteError::NoWorker { .. })
+    ));
+    assert_eq!(
+        p.set_healthy(WorkerId(9), true),
+        Err(RouteError::UnknownWorker(9))
+    );
+}
+
+#[test]
+fn disaggregates_long_prefills_only() {
+    let mut p = policy(&[(0, Role::Prefill), (1, Role::Prefill), (2, Role::Decode)]);
+    let long = p.route("long", request(100), &[], 0).unwrap();
+    assert!(long.prefill_worker.is_some());
+    assert_eq!(long.decode_worker, WorkerId(2));
+    let mostly_cached = p.route("short", request(100), &[cached(2, 96)], 0).unwrap();
+    assert_eq!(mostly_cached.prefill_worker, None);
+}
+
+#[test]
+fn saturated_prefill_pool_falls_back_to_local() {
+    let mut p = policy(&[(0, Role::Prefill), (1, Role::Decode)]);
+    let queued = Load {
+        queued_prefill_tokens: 1_000_000,
+        ..Load::default()
+    };
+    p.report_load(WorkerId(0), queued).unwrap();
+    let d = p.route("a", request(100), &[], 0).unwrap();
+    assert_eq!(d.prefill_worker, None);
+    assert!(d.reason.contains("saturated"), "{}", d.reason);
+}
+
+#[test]
+fn reported_load_counts_when_larger_than_booked() {
+    let mut p = policy(&[(0, Role::Both), (1, Role::Both)]);
+    p.report_load(
+        WorkerId(0),
+        Load {
+            queued_prefill_tokens: 50_000,
+            ..Load::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        p.route("a", request(10), &[cached(0, 10)], 0)
+            .unwrap()
+            .decode_worker,
+        WorkerId(1)
+    );
+}

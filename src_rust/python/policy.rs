@@ -1,0 +1,283 @@
+//! `RoutingCore` for Python: the policy's scoring and load book behind one
+//! lock; every routing call releases the GIL while it scores.
+
+use crate::ids::WorkerId;
+use crate::index::TierDepths;
+use crate::policy::{
+    Candidate, Coefficients, Load, Policy, PolicyConfig, Request, Role, RouteError, Selector,
+};
+use parking_lot::Mutex;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+create_exception!(
+    kvrouter._core,
+    NoWorkerAvailable,
+    PyRuntimeError,
+    "No healthy worker can take the request (none registered, all unhealthy, or none with room for the prompt)."
+);
+
+fn to_pyerr(error: RouteError) -> PyErr {
+    let message = error.to_string();
+    match error {
+        RouteError::DuplicateRequest(_) => PyValueError::new_err(message),
+        RouteError::UnknownWorker(_) => PyKeyError::new_err(message),
+        RouteError::NoWorker { .. } => NoWorkerAvailable::new_err(message),
+    }
+}
+
+/// (worker, device, host, disk, queue_ms, prefill_ms, reload_ms, decode_ms,
+///  transfer_ms, overflow_ms, active_requests, overloaded)
+type CandidateRow = (u64, u32, u32, u32, f64, f64, f64, f64, f64, f64, u64, bool);
+
+fn row(c: &Candidate) -> CandidateRow {
+    let k = &c.cost;
+    (
+        c.worker.0,
+        c.overlap.device,
+        c.overlap.host,
+        c.overlap.disk,
+        k.queue_ms,
+        k.prefill_ms,
+        k.reload_ms,
+        k.decode_ms,
+        k.transfer_ms,
+        k.overflow_ms,
+        c.active_requests,
+        c.overloaded,
+    )
+}
+
+/// (decode_worker, prefill_worker or None, predicted_ttft_ms, prefill_tokens,
+///  reason, decode candidates, prefill candidates)
+type DecisionRow = (
+    u64,
+    Option<u64>,
+    f64,
+    u64,
+    String,
+    Vec<CandidateRow>,
+    Vec<CandidateRow>,
+);
+
+#[pyclass(name = "RoutingCore", module = "kvrouter._core", frozen)]
+pub struct PyRoutingCore {
+    policy: Mutex<Policy>,
+    block_size: u64,
+}
+
+#[pymethods]
+impl PyRoutingCore {
+    #[new]
+    #[pyo3(signature = (
+        block_size, *, prefill_base_ms, prefill_ms_per_token, attention_ms_per_token2,
+        decode_ms_per_block, host_reload_ms_per_block, disk_reload_ms_per_block,
+        transfer_ms_per_block, max_batched_tokens, temperature, tie_tolerance,
+        overload_factor, calibrate, calibration_alpha, seed, local_prefill_max_tokens,
+        prefill_saturation_ms, stale_after_s
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        block_size: u64,
+        prefill_base_ms: f64,
+        prefill_ms_per_token: f64,
+        attention_ms_per_token2: f64,
+        decode_ms_per_block: f64,
+        host_reload_ms_per_block: f64,
+        disk_reload_ms_per_block: f64,
+        transfer_ms_per_block: f64,
+        max_batched_tokens: f64,
+        temperature: f64,
+        tie_tolerance: f64,
+        overload_factor: f64,
+        calibrate: bool,
+        calibration_alpha: f64,
+        seed: u64,
+        local_prefill_max_tokens: u64,
+        prefill_saturation_ms: f64,
+        stale_after_s: f64,
+    ) -> PyResult<Self> {
+        if block_size == 0 {
+            return Err(PyValueError::new_err("block_size must be positive"));
+        }
+        let config = PolicyConfig {
+            coefficients: Coefficients {
+                prefill_base_ms,
+                prefill_ms_per_token,
+                attention_ms_per_token2,
+                decode_ms_per_block,
+                host_reload_ms_per_block,
+                disk_reload_ms_per_block,
+                transfer_ms_per_block,
+                max_batched_tokens,
+            },
+            selector: Selector {
+                temperature,
+                tie_tolerance,
+                overload_factor,
+            },
+            calibrate,
+            calibration_alpha,
+            seed,
+            local_prefill_max_tokens,
+            prefill_saturation_ms,
+            stale_after_ms: (stale_after_s * 1000.0) as u64,
+        };
+        Ok(PyRoutingCore {
+            policy: Mutex::new(Policy::new(config)),
+            block_size,
+        })
+    }
+
+    fn upsert_worker(&self, worker_id: u64, role: &str, capacity_blocks: u64) -> PyResult<()> {
+        let role = Role::parse(role).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "role must be prefill, decode or both, got {role:?}"
+            ))
+        })?;
+        if capacity_blocks == 0 {
+            return Err(PyValueError::new_err("capacity_blocks must be positive"));
+        }
+        self.policy
+            .lock()
+            .upsert_worker(WorkerId(worker_id), role, capacity_blocks);
+        Ok(())
+    }
+
+    /// Returns the ids of the requests that were booked on the worker.
+    fn remove_worker(&self, worker_id: u64) -> PyResult<Vec<String>> {
+        self.policy
+            .lock()
+            .remove_worker(WorkerId(worker_id))
+            .map_err(to_pyerr)
+    }
+
+    fn set_healthy(&self, worker_id: u64, healthy: bool) -> PyResult<()> {
+        self.policy
+            .lock()
+            .set_healthy(WorkerId(worker_id), healthy)
+            .map_err(to_pyerr)
+    }
+
+    fn report_load(
+        &self,
+        worker_id: u64,
+        queued_prefill_tokens: u64,
+        active_decode_blocks: u64,
+        active_requests: u64,
+    ) -> PyResult<()> {
+        let load = Load {
+            queued_prefill_tokens,
+            active_decode_blocks,
+            active_requests,
+            capacity_blocks: 0,
+        };
+        self.policy
+            .lock()
+            .report_load(WorkerId(worker_id), load)
+            .map_err(to_pyerr)
+    }
+
+    /// Scores every candidate and books the request on the winner(s).
+    /// `overlaps`: {worker_id: (device, host, disk)} matched blocks.
+    fn route(
+        &self,
+        py: Python<'_>,
+        request_id: &str,
+        num_tokens: u64,
+        num_blocks: u64,
+        overlaps: &Bound<'_, PyDict>,
+        now_s: f64,
+    ) -> PyResult<DecisionRow> {
+        let mut matched = Vec::with_capacity(overlaps.len());
+        for (worker, tiers) in overlaps.iter() {
+            let (device, host, disk): (u32, u32, u32) = tiers.extract()?;
+            matched.push((
+                WorkerId(worker.extract()?),
+                TierDepths { device, host, disk },
+            ));
+        }
+        let request = Request {
+            num_tokens,
+            num_blocks,
+            block_size: self.block_size,
+        };
+        let now_ms = (now_s * 1000.0).max(0.0) as u64;
+        let d = py
+            .detach(|| {
+                self.policy
+                    .lock()
+                    .route(request_id, request, &matched, now_ms)
+            })
+            .map_err(to_pyerr)?;
+        Ok((
+            d.decode_worker.0,
+            d.prefill_worker.map(|w| w.0),
+            d.predicted_ttft_ms,
+            d.prefill_tokens,
+            d.reason,
+            d.decode_candidates.iter().map(row).collect(),
+            d.prefill_candidates.iter().map(row).collect(),
+        ))
+    }
+
+    /// False when the request is unknown or its prefill was already done.
+    fn prefill_done(&self, request_id: &str) -> bool {
+        self.policy.lock().prefill_done(request_id)
+    }
+
+    /// Frees the request's load; false when it was not booked.
+    fn release(&self, request_id: &str) -> bool {
+        self.policy.lock().release(request_id)
+    }
+
+    fn observe_prefill(&self, new_tokens: f64, cached_tokens: f64, ms: f64) {
+        self.policy
+            .lock()
+            .observe_prefill(new_tokens, cached_tokens, ms);
+    }
+
+    fn observe_decode_step(&self, active_blocks: f64, ms: f64) {
+        self.policy.lock().observe_decode_step(active_blocks, ms);
+    }
+
+    fn observe_transfer(&self, blocks: f64, ms: f64) {
+        self.policy.lock().observe_transfer(blocks, ms);
+    }
+
+    /// (queued prefill tokens, active decode blocks, active requests) as scored.
+    fn load(&self, worker_id: u64) -> PyResult<(u64, u64, u64)> {
+        let policy = self.policy.lock();
+        if !policy.workers().any(|(id, _)| id == WorkerId(worker_id)) {
+            return Err(to_pyerr(RouteError::UnknownWorker(worker_id)));
+        }
+        let load = policy.load(WorkerId(worker_id));
+        Ok((
+            load.queued_prefill_tokens,
+            load.active_decode_blocks,
+            load.active_requests,
+        ))
+    }
+
+    /// The cost coefficients in use (after calibration).
+    fn coefficients<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = self.policy.lock().config.coefficients;
+        let dict = PyDict::new(py);
+        dict.set_item("prefill_base_ms", c.prefill_base_ms)?;
+        dict.set_item("prefill_ms_per_token", c.prefill_ms_per_token)?;
+        dict.set_item("attention_ms_per_token2", c.attention_ms_per_token2)?;
+        dict.set_item("decode_ms_per_block", c.decode_ms_per_block)?;
+        dict.set_item("host_reload_ms_per_block", c.host_reload_ms_per_block)?;
+        dict.set_item("disk_reload_ms_per_block", c.disk_reload_ms_per_block)?;
+        dict.set_item("transfer_ms_per_block", c.transfer_ms_per_block)?;
+        dict.set_item("max_batched_tokens", c.max_batched_tokens)?;
+        Ok(dict)
+    }
+
+    /// Requests currently booked.
+    fn __len__(&self) -> usize {
+        self.policy.lock().book().len()
+    }
+}
