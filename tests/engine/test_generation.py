@@ -112,7 +112,8 @@ def test_decoded_blocks_are_announced_chained_to_the_prompt(tiny_llama):
     sink = RecordingSink(block_size=4)
     engine = make_engine(tiny_llama, sink=sink)
     prompt = SHARED + [1, 2, 3]
-    [completion] = engine.generate([prompt], SamplingParams(max_tokens=6, ignore_eos=True))
+    # 23 + 5 tokens, the last never fed back: 27 computed, 6 full blocks.
+    [completion] = engine.generate([prompt], SamplingParams(max_tokens=5, ignore_eos=True))
     prompt_ids = engine.block_ids(prompt)
     all_ids = engine.block_ids(prompt + completion.token_ids)
     stored = [event for event in sink.events if event[0] == "stored"]
