@@ -1,0 +1,39 @@
+"""Client library: routing (`RouterClient`, `AsyncRouterClient`), worker
+registration (`WorkerRegistration`) and KV event publishing
+(`KvEventPublisher`)."""
+
+from kvrouter.client.publisher import EventCollector, KvEventPublisher
+from kvrouter.client.router import AsyncRouterClient, RouterClient
+from kvrouter.client.types import (
+    Candidate,
+    DeadlineExceeded,
+    Explanation,
+    InvalidArgument,
+    NotFound,
+    Registration,
+    RouterError,
+    RouteResult,
+    Unavailable,
+    WorkerInfo,
+    WorkerLoad,
+)
+from kvrouter.client.worker import WorkerRegistration
+
+__all__ = [
+    "AsyncRouterClient",
+    "Candidate",
+    "DeadlineExceeded",
+    "EventCollector",
+    "Explanation",
+    "InvalidArgument",
+    "KvEventPublisher",
+    "NotFound",
+    "Registration",
+    "RouteResult",
+    "RouterClient",
+    "RouterError",
+    "Unavailable",
+    "WorkerInfo",
+    "WorkerLoad",
+    "WorkerRegistration",
+]

@@ -1,0 +1,161 @@
+"""`WorkerRegistration`: registers a worker with the router and keeps it
+alive with heartbeats carrying its load. If the router forgets the worker
+(it restarted, or the worker's heartbeats lapsed) the next heartbeat
+registers it again under the same id."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import grpc
+
+from kvrouter.client.background import BackgroundLoop
+from kvrouter.client.convert import ROLE_VALUES, rpc_error
+from kvrouter.client.router import CHANNEL_OPTIONS
+from kvrouter.client.types import Registration, WorkerLoad
+from kvrouter.proto_gen import router_pb2 as pb
+from kvrouter.proto_gen import router_pb2_grpc
+
+log = logging.getLogger("kvrouter.client.worker")
+
+
+class WorkerRegistration:
+    """Async: `await start()` / `await stop()`. From synchronous code:
+    `start_background()` / `stop_background()` run it on a thread of its own."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        role: str,
+        capacity_blocks: int,
+        address: str = "",
+        block_size: int = 16,
+        worker_id: int | None = None,
+        metadata: dict[str, str] | None = None,
+        load: Callable[[], WorkerLoad] | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        if role not in ROLE_VALUES:
+            raise ValueError(f"role must be one of {', '.join(ROLE_VALUES)}")
+        self.target = target
+        self.role = role
+        self.capacity_blocks = capacity_blocks
+        self.address = address
+        self.block_size = block_size
+        self.worker_id = worker_id
+        self.metadata = dict(metadata or {})
+        self.load = load or WorkerLoad
+        self.timeout = timeout
+        self.registration: Registration | None = None
+        self.registrations = 0
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: router_pb2_grpc.RegistryStub | None = None
+        self._task: asyncio.Task | None = None
+        self._bg: BackgroundLoop | None = None
+
+    async def start(self) -> Registration:
+        """Registers (raising RouterError if refused) and starts heartbeats."""
+        self._channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        self._stub = router_pb2_grpc.RegistryStub(self._channel)
+        try:
+            registration = await self._register()
+        except BaseException:
+            await self._channel.close()
+            raise
+        self._task = asyncio.ensure_future(self._heartbeats())
+        return registration
+
+    async def _register(self) -> Registration:
+        request = pb.RegisterRequest(
+            role=ROLE_VALUES[self.role],
+            address=self.address,
+            block_size=self.block_size,
+            capacity_blocks=self.capacity_blocks,
+            metadata=self.metadata,
+        )
+        if self.worker_id is not None:
+            request.worker_id = self.worker_id
+        try:
+            response = await self._stub.Register(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise rpc_error(e) from None
+        self.worker_id = response.worker_id
+        self.registrations += 1
+        self.registration = Registration(
+            response.worker_id,
+            response.heartbeat_interval_s,
+            response.heartbeat_ttl_s,
+            self.metadata,
+        )
+        return self.registration
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.registration.heartbeat_interval_s)
+            load = self.load()
+            request = pb.HeartbeatRequest(
+                worker_id=self.worker_id,
+                queued_prefill_tokens=load.queued_prefill_tokens,
+                active_decode_blocks=load.active_decode_blocks,
+                active_requests=load.active_requests,
+            )
+            try:
+                await self._stub.Heartbeat(request, timeout=self.timeout)
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.NOT_FOUND:
+                    log.warning(
+                        "router forgot this worker; registering again",
+                        extra={"fields": {"worker_id": self.worker_id}},
+                    )
+                    await self._reregister()
+                else:
+                    log.warning(
+                        "heartbeat failed",
+                        extra={"fields": {"worker_id": self.worker_id, "code": e.code().name}},
+                    )
+
+    async def _reregister(self) -> None:
+        try:
+            await self._register()
+        except Exception as e:  # retried at the next heartbeat
+            log.warning(
+                "registration failed",
+                extra={"fields": {"worker_id": self.worker_id, "error": str(e)}},
+            )
+
+    async def stop(self, deregister: bool = True) -> None:
+        """Stops heartbeats and (by default) leaves the router."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if deregister and self._stub is not None and self.worker_id is not None:
+            try:
+                await self._stub.Deregister(
+                    pb.DeregisterRequest(worker_id=self.worker_id), timeout=self.timeout
+                )
+            except grpc.RpcError as e:
+                log.info(
+                    "deregistration failed",
+                    extra={"fields": {"worker_id": self.worker_id, "code": e.code().name}},
+                )
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    def start_background(self) -> Registration:
+        self._bg = BackgroundLoop(f"heartbeat-{self.worker_id or 'new'}")
+        try:
+            return self._bg.run(self.start())
+        except BaseException:
+            self._bg.stop()
+            self._bg = None
+            raise
+
+    def stop_background(self, deregister: bool = True) -> None:
+        if self._bg is not None:
+            self._bg.run(self.stop(deregister))
+            self._bg.stop()
+            self._bg = None

@@ -1,0 +1,167 @@
+"""Service configuration: defaults, then a TOML file, then `KVROUTER_*`
+environment variables, then command-line flags (each overrides the last).
+
+Every field of `ServiceConfig` is a knob: `--heartbeat-ttl-s 3`,
+`KVROUTER_HEARTBEAT_TTL_S=3` or `heartbeat_ttl_s = 3` in the file. Policy
+knobs (`kvrouter.policy.PolicyConfig`) go in the file's `[policy]` table,
+in `KVROUTER_POLICY_<FIELD>` or in `--policy FIELD=VALUE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvrouter.policy import PolicyConfig
+
+ENV_PREFIX = "KVROUTER_"
+POLICY_ENV_PREFIX = "KVROUTER_POLICY_"
+
+
+@dataclass
+class ServiceConfig:
+    # gRPC listen address.
+    listen: str = "0.0.0.0:50051"
+    # Prometheus /metrics listen address; empty disables the endpoint.
+    metrics_listen: str = "0.0.0.0:9464"
+    # Tokens per KV block; every worker must use the same.
+    block_size: int = 16
+    # Bound on the index size (least recently used blocks go first); 0: none.
+    max_index_blocks: int = 0
+    # Longer prompts are refused with INVALID_ARGUMENT.
+    max_prompt_tokens: int = 262_144
+    # Longest accepted hashing namespace, in characters.
+    max_namespace_chars: int = 256
+    # What workers are told to use, and how long a silent worker is kept.
+    heartbeat_interval_s: float = 1.0
+    heartbeat_ttl_s: float = 5.0
+    # On SIGTERM: how long in-flight calls may take to finish.
+    drain_grace_s: float = 10.0
+    # Index snapshot file: restored at start, written at shutdown; empty: none.
+    snapshot_path: str = ""
+    # "debug", "info", "warning" or "error".
+    log_level: str = "info"
+    # "json" (one object per line) or "text".
+    log_format: str = "json"
+    # Log every routing decision (at info level) with its request id.
+    log_decisions: bool = True
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    def validate(self) -> None:
+        if self.block_size <= 0:
+            raise ValueError("block_size must be positive")
+        if self.max_index_blocks < 0:
+            raise ValueError("max_index_blocks must be >= 0")
+        if self.max_prompt_tokens <= 0:
+            raise ValueError("max_prompt_tokens must be positive")
+        if not 0 < self.heartbeat_interval_s < self.heartbeat_ttl_s:
+            raise ValueError("need 0 < heartbeat_interval_s < heartbeat_ttl_s")
+        if self.drain_grace_s < 0:
+            raise ValueError("drain_grace_s must be >= 0")
+        if self.log_format not in ("json", "text"):
+            raise ValueError("log_format must be 'json' or 'text'")
+        self.policy.validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _knobs(cls: type) -> dict[str, type]:
+    return {f.name: f.type for f in dataclasses.fields(cls) if f.name != "policy"}
+
+
+def _parse(kind: str, raw: Any, name: str) -> Any:
+    """Converts a string (env, flag) or TOML value to the field's type."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        if "bool" in kind:
+            if raw.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(raw)
+            return raw.lower() in ("1", "true", "yes", "on")
+        if "None" in kind and raw.lower() in ("", "none"):
+            return None
+        if "int" in kind:
+            return int(raw)
+        if "float" in kind:
+            return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}: cannot read {raw!r} as {kind}") from None
+    return raw
+
+
+def _update(target: Any, values: Mapping[str, Any], source: str) -> None:
+    knobs = _knobs(type(target))
+    for name, raw in values.items():
+        if name not in knobs:
+            raise ValueError(f"{source}: unknown setting {name!r}")
+        setattr(target, name, _parse(str(knobs[name]), raw, f"{source} {name}"))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML config file")
+    parser.add_argument(
+        "--policy",
+        metavar="FIELD=VALUE",
+        action="append",
+        default=[],
+        help="a routing policy setting (repeatable)",
+    )
+    defaults = ServiceConfig()
+    for name in _knobs(ServiceConfig):
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            default=None,
+            help=f"default: {getattr(defaults, name)!r}",
+        )
+
+
+def load(
+    args: argparse.Namespace | None = None, env: Mapping[str, str] | None = None
+) -> ServiceConfig:
+    """The effective configuration from a file, the environment and flags."""
+    env = os.environ if env is None else env
+    config = ServiceConfig()
+    path = getattr(args, "config", None) or env.get(ENV_PREFIX + "CONFIG")
+    if path:
+        data = tomllib.loads(Path(path).read_text())
+        _update(config.policy, data.pop("policy", {}), path)
+        _update(config, data, path)
+    _update(
+        config.policy,
+        {
+            k[len(POLICY_ENV_PREFIX) :].lower(): v
+            for k, v in env.items()
+            if k.startswith(POLICY_ENV_PREFIX)
+        },
+        "environment",
+    )
+    knobs = _knobs(ServiceConfig)
+    _update(
+        config,
+        {
+            k[len(ENV_PREFIX) :].lower(): v
+            for k, v in env.items()
+            if k.startswith(ENV_PREFIX) and k[len(ENV_PREFIX) :].lower() in knobs
+        },
+        "environment",
+    )
+    if args is not None:
+        _update(
+            config,
+            {n: getattr(args, n) for n in knobs if getattr(args, n, None) is not None},
+            "flag",
+        )
+        pairs = [p.partition("=") for p in getattr(args, "policy", [])]
+        if any(not sep for _, sep, _ in pairs):
+            raise ValueError("--policy takes FIELD=VALUE")
+        _update(config.policy, {k.strip(): v.strip() for k, _, v in pairs}, "--policy")
+    config.validate()
+    return config

@@ -1,0 +1,192 @@
+"""The router process: wires the index, the policy and the gRPC services,
+serves them on grpc.aio, and drains gracefully on SIGTERM.
+
+Shutdown order: health goes NOT_SERVING, event streams and routing streams
+are closed (their clients reconnect elsewhere), in-flight unary calls get
+`drain_grace_s` to finish, then the index is snapshotted if configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
+import grpc
+import uvloop
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from kvrouter._core import PrefixIndex
+from kvrouter.policy import Router
+from kvrouter.proto_gen import router_pb2, router_pb2_grpc
+from kvrouter.service import logs
+from kvrouter.service.config import ServiceConfig
+from kvrouter.service.events import EventIngest
+from kvrouter.service.metrics import ServiceMetrics
+from kvrouter.service.registry import RegistryService
+from kvrouter.service.routing import RouterService
+from kvrouter.service.workers import WorkerTable
+
+log = logging.getLogger("kvrouter.service.server")
+
+SERVICE_NAMES = tuple(
+    router_pb2.DESCRIPTOR.services_by_name[name].full_name
+    for name in ("Router", "Registry", "KvEvents")
+)
+
+
+def _load_index(config: ServiceConfig) -> PrefixIndex:
+    path = Path(config.snapshot_path) if config.snapshot_path else None
+    if path is not None and path.exists():
+        index = PrefixIndex.restore(path.read_bytes())
+        if index.block_size != config.block_size:
+            raise ValueError(
+                f"snapshot {path} has block size {index.block_size}, the config {config.block_size}"
+            )
+        log.info("index restored", extra={"fields": {"path": str(path), **index.stats()}})
+        return index
+    return PrefixIndex(config.block_size, config.max_index_blocks or None)
+
+
+class RouterServer:
+    """One router instance. `await start()`, then `await stop()`."""
+
+    def __init__(self, config: ServiceConfig) -> None:
+        config.validate()
+        self.config = config
+        self.index = _load_index(config)
+        self.policy = Router(self.index, config.policy)
+        self.metrics = ServiceMetrics()
+        self.workers = WorkerTable(self.policy, self.index, config.heartbeat_ttl_s)
+        self.events = EventIngest(self.index, self.workers, self.metrics)
+        self.routing = RouterService(self.policy, self.workers, self.metrics, config)
+        self.registry = RegistryService(self.workers, self.events, config)
+        self.health = health.aio.HealthServicer()
+        self.port = 0
+        self.metrics_port = 0
+        self._server: grpc.aio.Server | None = None
+        self._metrics_http = None
+        self._tasks: list[asyncio.Task] = []
+        self._stopped = asyncio.Event()
+        self._add_gauges()
+
+    def _add_gauges(self) -> None:
+        m, index, workers = self.metrics, self.index, self.workers
+        m.gauge(
+            "kvrouter_index_blocks", "Blocks in the prefix index", lambda: index.stats()["blocks"]
+        )
+        m.gauge(
+            "kvrouter_index_workers",
+            "Workers with entries in the prefix index",
+            lambda: index.stats()["workers"],
+        )
+        m.gauge("kvrouter_registered_workers", "Registered workers", lambda: len(workers))
+        m.gauge(
+            "kvrouter_stale_workers",
+            "Workers awaiting a resync (not routable)",
+            lambda: sum(r.stale for r in workers.records()),
+        )
+
+    async def start(self) -> None:
+        max_bytes = max(4 << 20, self.config.max_prompt_tokens * 5 + (1 << 20))
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", max_bytes),
+                ("grpc.max_send_message_length", max_bytes),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        router_pb2_grpc.add_RouterServicer_to_server(self.routing, server)
+        router_pb2_grpc.add_RegistryServicer_to_server(self.registry, server)
+        router_pb2_grpc.add_KvEventsServicer_to_server(self.events, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        self.port = server.add_insecure_port(self.config.listen)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self.config.listen}")
+        await server.start()
+        self._server = server
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.config.metrics_listen:
+            self._metrics_http, self.metrics_port = self.metrics.serve(self.config.metrics_listen)
+        self._tasks.append(asyncio.create_task(self._expire_loop()))
+        if self.index.stats()["workers"]:
+            self._tasks.append(asyncio.create_task(self._forget_unclaimed()))
+        log.info(
+            "router serving",
+            extra={
+                "fields": {
+                    "port": self.port,
+                    "metrics_port": self.metrics_port,
+                    "block_size": self.config.block_size,
+                    "pid": os.getpid(),
+                }
+            },
+        )
+
+    async def _expire_loop(self) -> None:
+        period = min(self.config.heartbeat_interval_s, self.config.heartbeat_ttl_s / 4)
+        while True:
+            await asyncio.sleep(period)
+            for worker_id in self.workers.expire():
+                self.metrics.expirations.inc()
+                self.events.close_stream(worker_id)
+
+    async def _forget_unclaimed(self) -> None:
+        """Drops restored index entries of workers that never re-register."""
+        await asyncio.sleep(self.config.heartbeat_ttl_s)
+        for worker_id in self.index.workers():
+            if worker_id not in self.workers:
+                self.index.remove_worker(worker_id)
+                log.info("restored entries dropped", extra={"fields": {"worker_id": worker_id}})
+
+    async def stop(self, grace: float | None = None) -> None:
+        if self._server is None or self._stopped.is_set():
+            return
+        grace = self.config.drain_grace_s if grace is None else grace
+        log.info("draining", extra={"fields": {"grace_s": grace}})
+        await self.health.enter_graceful_shutdown()
+        for task in self._tasks:
+            task.cancel()
+        self.events.close_all("the router is shutting down")
+        self.routing.close_streams()
+        await self._server.stop(grace)
+        if self._metrics_http is not None:
+            self._metrics_http.shutdown()
+            self._metrics_http.server_close()
+        if self.config.snapshot_path:
+            self._write_snapshot(Path(self.config.snapshot_path))
+        self._stopped.set()
+        log.info("stopped")
+
+    def _write_snapshot(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(self.index.snapshot())
+        os.replace(tmp, path)
+        log.info(
+            "index snapshot written", extra={"fields": {"path": str(path), **self.index.stats()}}
+        )
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+
+async def serve(config: ServiceConfig) -> None:
+    """Runs a router until SIGTERM or SIGINT, then drains it."""
+    server = RouterServer(config)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop()))
+    await server.wait_stopped()
+
+
+def run(config: ServiceConfig) -> None:
+    logs.configure(config.log_level, config.log_format)
+    uvloop.run(serve(config))

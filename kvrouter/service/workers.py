@@ -1,0 +1,138 @@
+"""The registered workers: roles, addresses, heartbeats and whether their
+index entries can be trusted. Keeps the policy's view of each worker in step.
+
+A worker leaves routing and the index when it deregisters or misses
+heartbeats for `heartbeat_ttl_s`. It is "stale" (not routable) while the
+router waits for it to resync its KV events after a gap or a return.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from kvrouter._core import PrefixIndex
+from kvrouter.policy import Router
+from kvrouter.service.errors import invalid, not_found
+
+log = logging.getLogger("kvrouter.service.workers")
+
+ROLES = ("prefill", "decode", "both")
+
+
+@dataclass
+class WorkerRecord:
+    worker_id: int
+    role: str
+    address: str
+    block_size: int
+    capacity_blocks: int
+    metadata: dict[str, str] = field(default_factory=dict)
+    last_heartbeat: float = field(default_factory=time.monotonic)
+    stale: bool = False
+    queued_prefill_tokens: int = 0
+    active_decode_blocks: int = 0
+    active_requests: int = 0
+
+
+class WorkerTable:
+    def __init__(self, router: Router, index: PrefixIndex, heartbeat_ttl_s: float) -> None:
+        self.router = router
+        self.index = index
+        self.ttl_s = heartbeat_ttl_s
+        self._workers: dict[int, WorkerRecord] = {}
+        # Workers dropped for missing heartbeats: their return needs a resync.
+        self._expired: set[int] = set()
+
+    def __contains__(self, worker_id: int) -> bool:
+        return worker_id in self._workers
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def records(self) -> list[WorkerRecord]:
+        return list(self._workers.values())
+
+    def get(self, worker_id: int) -> WorkerRecord:
+        record = self._workers.get(worker_id)
+        if record is None:
+            raise not_found(f"worker {worker_id} is not registered; register it first")
+        return record
+
+    def address(self, worker_id: int) -> str:
+        record = self._workers.get(worker_id)
+        return record.address if record is not None else ""
+
+    def role(self, worker_id: int) -> str:
+        record = self._workers.get(worker_id)
+        return record.role if record is not None else ""
+
+    def next_id(self) -> int:
+        return max(self._workers, default=0) + 1
+
+    def register(self, record: WorkerRecord) -> bool:
+        """Adds or updates a worker; True when it returns after expiring."""
+        if record.role not in ROLES:
+            raise invalid(f"role must be one of {', '.join(ROLES)}")
+        if record.block_size != self.index.block_size:
+            raise invalid(
+                f"worker block size {record.block_size} does not match the router's "
+                f"{self.index.block_size}"
+            )
+        if record.capacity_blocks <= 0:
+            raise invalid("capacity_blocks must be positive")
+        previous = self._workers.get(record.worker_id)
+        if previous is not None:
+            record.stale = previous.stale
+        self.router.upsert_worker(record.worker_id, record.role, record.capacity_blocks)
+        self.router.set_healthy(record.worker_id, not record.stale)
+        self._workers[record.worker_id] = record
+        returning = record.worker_id in self._expired
+        self._expired.discard(record.worker_id)
+        log.info(
+            "worker registered",
+            extra={
+                "fields": {
+                    "worker_id": record.worker_id,
+                    "role": record.role,
+                    "address": record.address,
+                    "returning": returning,
+                }
+            },
+        )
+        return returning
+
+    def heartbeat(self, worker_id: int, queued: int, decode_blocks: int, requests: int) -> None:
+        record = self.get(worker_id)
+        record.last_heartbeat = time.monotonic()
+        record.queued_prefill_tokens = queued
+        record.active_decode_blocks = decode_blocks
+        record.active_requests = requests
+        self.router.report_load(worker_id, queued, decode_blocks, requests)
+
+    def set_stale(self, worker_id: int, stale: bool) -> None:
+        record = self._workers.get(worker_id)
+        if record is not None and record.stale != stale:
+            record.stale = stale
+            self.router.set_healthy(worker_id, not stale)
+
+    def remove(self, worker_id: int, reason: str) -> None:
+        self.get(worker_id)
+        del self._workers[worker_id]
+        self.router.remove_worker(worker_id)
+        self.drop_index_entries(worker_id)
+        log.info("worker removed", extra={"fields": {"worker_id": worker_id, "reason": reason}})
+
+    def drop_index_entries(self, worker_id: int) -> None:
+        if worker_id in self.index.workers():
+            self.index.remove_worker(worker_id)
+
+    def expire(self, now: float | None = None) -> list[int]:
+        """Removes workers silent for longer than the TTL; returns their ids."""
+        now = time.monotonic() if now is None else now
+        lapsed = [w for w, r in self._workers.items() if now - r.last_heartbeat > self.ttl_s]
+        for worker_id in lapsed:
+            self.remove(worker_id, f"no heartbeat for {self.ttl_s:g}s")
+            self._expired.add(worker_id)
+        return lapsed
