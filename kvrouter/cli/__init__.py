@@ -1,0 +1,42 @@
+"""The `kvrouter` command. Each subcommand is one module in this package:
+
+    HELP = "one line for --help"
+    def add_arguments(parser: argparse.ArgumentParser) -> None: ...
+    def run(args: argparse.Namespace) -> int | None: ...
+
+The module's name is the subcommand (`serve.py` is `kvrouter serve`;
+underscores become dashes). Import heavy dependencies inside `run`, so that
+`kvrouter --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+
+def _subcommands() -> dict[str, object]:
+    return {
+        info.name.replace("_", "-"): importlib.import_module(f"{__name__}.{info.name}")
+        for info in pkgutil.iter_modules(__path__)
+        if not info.name.startswith("_")
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="kvrouter", description="KV-cache-aware router for disaggregated LLM inference"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module in sorted(_subcommands().items()):
+        sub = commands.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    args = parser.parse_args(argv)
+    return args.run(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
