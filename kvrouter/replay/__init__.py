@@ -1,0 +1,10 @@
+"""Trace replay: simulated workers on virtual time, driven by the same
+routing policy the service uses, against baseline policies.
+
+`kvrouter replay --help` runs it; docs/routing.md describes the timing model."""
+
+from kvrouter.replay.simulator import ReplayConfig, replay
+from kvrouter.replay.timing import TimingModel
+from kvrouter.replay.trace import TraceRequest, load_mooncake
+
+__all__ = ["ReplayConfig", "TimingModel", "TraceRequest", "load_mooncake", "replay"]

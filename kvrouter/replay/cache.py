@@ -1,0 +1,71 @@
+"""A worker's KV cache: blocks pinned by running requests, and unpinned
+cached blocks evicted least recently used first."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class BlockCache:
+    def __init__(self, capacity_blocks: int) -> None:
+        self.capacity = capacity_blocks
+        self.pinned: dict[int, int] = {}  # block -> references
+        self.evictable: OrderedDict[int, None] = OrderedDict()  # oldest first
+        self.private = 0  # unshared blocks (partial prompt tail, output)
+
+    @property
+    def used(self) -> int:
+        return len(self.pinned) + len(self.evictable) + self.private
+
+    @property
+    def active(self) -> int:
+        return len(self.pinned) + self.private
+
+    def hit_length(self, blocks: list[int]) -> int:
+        """Length of the longest cached prefix of `blocks`."""
+        pinned, evictable = self.pinned, self.evictable
+        n = 0
+        for b in blocks:
+            if b not in pinned and b not in evictable:
+                break
+            n += 1
+        return n
+
+    def admit(self, blocks: list[int], hit: int, private: int) -> list[int] | None:
+        """Pins the first `hit` blocks (cached) and room for the rest plus
+        `private` blocks, evicting as needed. Returns the evicted blocks, or
+        None (nothing changed) when it cannot fit."""
+        need = len(blocks) - hit + private
+        free = self.capacity - self.used
+        if need > free + len(self.evictable) - sum(1 for b in blocks[:hit] if b in self.evictable):
+            return None
+        pinned, evictable = self.pinned, self.evictable
+        for b in blocks[:hit]:
+            if b in evictable:
+                del evictable[b]
+                pinned[b] = 1
+            else:
+                pinned[b] += 1
+        evicted = []
+        while self.capacity - self.used < need:
+            b, _ = evictable.popitem(last=False)
+            evicted.append(b)
+        for b in blocks[hit:]:
+            if b in evictable:
+                del evictable[b]
+            pinned[b] = pinned.get(b, 0) + 1
+        self.private += private
+        return evicted
+
+    def release(self, blocks: list[int], private: int) -> None:
+        """Unpins a request's blocks; the deepest become evictable first so a
+        prefix outlives its extensions."""
+        pinned, evictable = self.pinned, self.evictable
+        for b in reversed(blocks):
+            refs = pinned[b] - 1
+            if refs:
+                pinned[b] = refs
+            else:
+                del pinned[b]
+                evictable[b] = None
+        self.private -= private
