@@ -9,7 +9,8 @@ from kvrouter._core import hash_tokens
 from kvrouter.engine.block_manager import BlockManager
 from kvrouter.engine.sampling_params import SamplingParams
 from kvrouter.engine.sequence import Sequence
-from tests.engine.recording_sink import RecordingSink
+
+from .recording_sink import RecordingSink
 
 BLOCK_SIZE = 4
 

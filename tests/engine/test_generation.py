@@ -6,7 +6,8 @@ import torch
 
 from kvrouter._core import chain_hashes, local_block_hashes
 from kvrouter.engine import EngineConfig, LLMEngine, SamplingParams
-from tests.engine.recording_sink import RecordingSink
+
+from .recording_sink import RecordingSink
 
 GREEDY = SamplingParams(max_tokens=10, ignore_eos=True)
 SHARED = [7, 3, 99, 12, 45, 200, 31, 8, 8, 17, 64, 150, 2, 90, 33, 71, 5, 120, 44, 9]

@@ -6,7 +6,8 @@ import torch
 
 from kvrouter._core import chain_hashes, local_block_hashes
 from kvrouter.engine import EngineConfig, KvBlocks, LLMEngine, SamplingParams
-from tests.engine.recording_sink import RecordingSink
+
+from .recording_sink import RecordingSink
 
 BLOCK_SIZE = 4
 PROMPT = [11, 4, 93, 120, 7, 7, 250, 3, 18, 64, 65, 66, 200, 1, 9, 30, 31, 32, 77, 5, 6, 88]

@@ -17,7 +17,8 @@ from kvrouter.engine.kernels.reference import (  # noqa: E402
 from kvrouter.engine.kernels.triton_decode import paged_decode_attention_triton  # noqa: E402
 from kvrouter.engine.kernels.triton_kv_write import write_kv_triton  # noqa: E402
 from kvrouter.engine.kernels.triton_prefill import paged_prefill_attention_triton  # noqa: E402
-from tests.engine.paged_inputs import random_paged_batch  # noqa: E402
+
+from .paged_inputs import random_paged_batch  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
