@@ -1,0 +1,161 @@
+"""Side by side with Dynamo's KV router (ai-dynamo-runtime 1.6.1).
+
+Runs Dynamo's mocker replay (`run_mocker_trace_replay`, round_robin and
+kv_router) and our replay (round robin, the Dynamo-style cost, ours) on the
+same trace, worker count and KV capacity (16,384 blocks of 64 tokens), at
+each worker count and arrival speed. Prints one table and writes
+bench/results/compare_dynamo.json.
+
+Calibration: our round robin must land within 15% of Dynamo's round robin on
+reuse and mean TTFT, or the two simulators are not comparable.
+Wall time: a 3x tiled trace (about 12k requests) replayed by both routers.
+
+    .venv/bin/python bench/compare_dynamo.py [--trace PATH] [--workers 4,8,16] [--speeds 1,2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("DYN_LOG", "warn")
+
+from kvrouter.replay import ReplayConfig, load_mooncake, replay  # noqa: E402
+from kvrouter.replay.trace import TraceRequest, write_mooncake  # noqa: E402
+
+TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "synthetic_trace.jsonl"
+RESULTS = Path(__file__).resolve().parent / "results" / "compare_dynamo.json"
+
+
+def dynamo(trace: Path, mode: str, workers: int, speed: float) -> dict:
+    from dynamo._core import run_mocker_trace_replay
+
+    start = time.perf_counter()
+    result = run_mocker_trace_replay(
+        [str(trace)],
+        num_workers=workers,
+        router_mode=mode,
+        arrival_speedup_ratio=speed,
+        trace_block_size=512,
+    )
+    wall = time.perf_counter() - start
+    s = result.summary
+    return {
+        "reuse": s["prefix_cache_reused_ratio"],
+        "ttft_mean": s["mean_ttft_ms"],
+        "ttft_p99": s["p99_ttft_ms"],
+        "wall_s": wall,
+    }
+
+
+def ours(trace: list[TraceRequest], policy: str, workers: int) -> dict:
+    r = replay(trace, policy, ReplayConfig(num_workers=workers))
+    return {
+        "reuse": r["prefix_reuse_ratio"],
+        "ttft_mean": r["ttft_ms"]["mean"],
+        "ttft_p99": r["ttft_ms"]["p99"],
+        "wall_s": r["wall_s"],
+    }
+
+
+def tiled(trace: list[TraceRequest], copies: int) -> list[TraceRequest]:
+    """The trace repeated back to back, each copy with its own hash ids."""
+    span = trace[-1].arrival_ms + 1
+    stride = max(max(r.hash_ids, default=0) for r in trace) + 1
+    return [
+        TraceRequest(
+            r.arrival_ms + k * span,
+            r.input_length,
+            r.output_length,
+            tuple(h + k * stride for h in r.hash_ids),
+        )  # fmt: skip
+        for k in range(copies)
+        for r in trace
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trace", type=Path, default=TRACE)
+    parser.add_argument("--workers", default="4,8,16")
+    parser.add_argument("--speeds", default="1,2")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    rows = []
+    for speed in [float(s) for s in args.speeds.split(",")]:
+        trace = load_mooncake(args.trace, speed)
+        for workers in [int(w) for w in args.workers.split(",")]:
+            row = {"workers": workers, "speed": speed}
+            row["dynamo_round_robin"] = dynamo(args.trace, "round_robin", workers, speed)
+            row["dynamo_kv_router"] = dynamo(args.trace, "kv_router", workers, speed)
+            for policy in ("round_robin", "dynamo", "kvrouter"):
+                row[f"ours_{policy}"] = ours(trace, policy, workers)
+            rows.append(row)
+            print_row(row)
+    wall = wall_check(args.trace)
+    report = {"rows": rows, "wall_12k": wall, "targets": targets(rows)}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2))
+    print_summary(report)
+    return 0
+
+
+def wall_check(path: Path) -> dict:
+    trace = tiled(load_mooncake(path), 3)
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        big = Path(f.name)
+    try:
+        write_mooncake(big, trace)
+        theirs = dynamo(big, "kv_router", 8, 1.0)["wall_s"]
+    finally:
+        big.unlink()
+    mine = ours(trace, "kvrouter", 8)["wall_s"]
+    return {"requests": len(trace), "dynamo_s": theirs, "ours_s": mine, "ratio": mine / theirs}
+
+
+def targets(rows: list[dict]) -> dict:
+    out = {}
+    for row in rows:
+        key = f"{row['workers']}w@{row['speed']:g}x"
+        rr, orr = row["dynamo_round_robin"], row["ours_round_robin"]
+        kv, mine = row["dynamo_kv_router"], row["ours_kvrouter"]
+        out[key] = {
+            "calibration_reuse_within_15pct": abs(orr["reuse"] / rr["reuse"] - 1) <= 0.15,
+            "calibration_ttft_within_15pct": abs(orr["ttft_mean"] / rr["ttft_mean"] - 1) <= 0.15,
+            "reuse_at_least_dynamo": mine["reuse"] >= kv["reuse"],
+            "ttft_mean_ratio": mine["ttft_mean"] / kv["ttft_mean"],
+            "ttft_p99_ratio": mine["ttft_p99"] / kv["ttft_p99"],
+        }
+    return out
+
+
+def print_row(row: dict) -> None:
+    print(f"\n{row['workers']} workers, {row['speed']:g}x arrival speed")
+    print(f"  {'router':<22} {'reuse':>7} {'TTFT mean':>10} {'TTFT p99':>9} {'wall s':>7}")
+    for name in ("dynamo_round_robin", "dynamo_kv_router", "ours_round_robin", "ours_dynamo",
+                 "ours_kvrouter"):  # fmt: skip
+        r = row[name]
+        print(f"  {name:<22} {r['reuse']:>7.1%} {r['ttft_mean']:>10.1f} {r['ttft_p99']:>9.1f} "
+              f"{r['wall_s']:>7.2f}")  # fmt: skip
+
+
+def print_summary(report: dict) -> None:
+    print("\ntargets (ours vs Dynamo KV router)")
+    for key, t in report["targets"].items():
+        print(f"  {key:<9} calib reuse {'ok' if t['calibration_reuse_within_15pct'] else 'NO'}, "
+              f"calib TTFT {'ok' if t['calibration_ttft_within_15pct'] else 'NO'}, "
+              f"reuse >= {'ok' if t['reuse_at_least_dynamo'] else 'NO'}, "
+              f"TTFT mean x{t['ttft_mean_ratio']:.2f}, p99 x{t['ttft_p99_ratio']:.2f} "
+              "(target <= 0.80)")  # fmt: skip
+    w = report["wall_12k"]
+    print(f"  wall, {w['requests']} requests: Dynamo {w['dynamo_s']:.2f} s, "
+          f"ours {w['ours_s']:.2f} s (x{w['ratio']:.2f}, target <= 3)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

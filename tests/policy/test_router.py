@@ -1,0 +1,134 @@
+"""The routing policy through its Python face: contract, load book, cache
+affinity, hot-prefix fairness, disaggregation and calibration."""
+
+import json
+from collections import Counter
+
+import pytest
+
+from kvrouter._core import PrefixIndex, Stored, hash_tokens
+from kvrouter.policy import Decision, NoWorkerAvailable, PolicyConfig, Router
+
+BS = 16
+
+
+def router(n=4, role="both", **config) -> Router:
+    r = Router(PrefixIndex(BS), PolicyConfig(**config))
+    for w in range(n):
+        r.upsert_worker(w, role, 10_000)
+    return r
+
+
+def prompt(prefix: int, length: int, tag: int = 0) -> list[int]:
+    """`length` tokens: a prefix shared by all prompts with the same `prefix`
+    id, then tokens unique to `tag`."""
+    shared = [prefix * 100_000 + i for i in range(length // 2)]
+    return shared + [tag * 1_000 + i + 50_000_000 for i in range(length - len(shared))]
+
+
+def cache_on(r: Router, worker: int, tokens: list[int]) -> None:
+    blocks = hash_tokens(tokens, BS)
+    r.index.apply(worker, 0, [Stored(blocks, tokens[: len(blocks) * BS])])
+
+
+def test_contract_and_explanation():
+    r = router(2)
+    d = r.route("a", list(range(100)))
+    assert isinstance(d, Decision)
+    assert d.request_id == "a" and d.prefill_worker is None and not d.disaggregated
+    assert d.decode_worker in (0, 1)
+    out = json.loads(json.dumps(d.to_dict()))
+    cands = out["explanation"]["decode_candidates"]
+    assert {c["worker_id"] for c in cands} == {0, 1}
+    fields = {"overlap_device", "overlap_host", "overlap_disk", "cost_ms"}
+    assert all(fields <= set(c) for c in cands)
+    assert out["explanation"]["reason"]
+
+
+def test_no_worker_available_and_bad_input():
+    r = Router(PrefixIndex(BS))
+    with pytest.raises(NoWorkerAvailable):
+        r.route("a", list(range(64)))
+    r.upsert_worker(1, "decode", 2)
+    with pytest.raises(NoWorkerAvailable):
+        r.route("a", list(range(64)))  # 4 blocks do not fit in 2
+    with pytest.raises(ValueError):
+        r.upsert_worker(2, "leader", 10)
+    with pytest.raises(KeyError):
+        r.set_healthy(99, False)
+    r.set_healthy(1, False)
+    with pytest.raises(NoWorkerAvailable):
+        r.route("b", list(range(16)))
+
+
+def test_spreads_when_no_load_is_reported():
+    r = router(4)
+    counts = Counter(r.route(f"r{i}", prompt(0, 320, i)).decode_worker for i in range(40))
+    assert sorted(counts.values()) == [10, 10, 10, 10]
+
+
+def test_load_book_charges_and_frees():
+    r = router(1)
+    r.route("a", list(range(320)))
+    queued, blocks, active = r.load(0)
+    assert (queued, blocks, active) == (320, 20, 1)
+    r.prefill_done("a")
+    assert r.load(0) == (0, 20, 1)
+    r.finished("a")
+    assert r.load(0) == (0, 0, 0) and len(r) == 0
+    r.route("b", list(range(32)))
+    r.cancelled("b")
+    assert r.load(0) == (0, 0, 0)
+    with pytest.raises(ValueError):
+        r.route("c", [1] * 32) and r.route("c", [1] * 32)
+
+
+def test_follows_the_cache():
+    r = router(4)
+    tokens = prompt(7, 640)
+    cache_on(r, 2, tokens)
+    d = r.route("a", tokens)
+    assert d.decode_worker == 2
+    chosen = next(c for c in d.explanation.decode_candidates if c.worker_id == 2)
+    assert chosen.overlap_device == 40
+
+
+def test_hot_prefix_gets_replicated_not_piled_on():
+    # A burst of requests sharing a long cached prefix: its owner must not take
+    # more than twice a fair share while the others sit idle.
+    r = router(4, approximate_ttl_s=60.0)
+    cache_on(r, 0, prompt(3, 2048))
+    counts = Counter(r.route(f"h{i}", prompt(3, 2048, i)).decode_worker for i in range(200))
+    assert max(counts.values()) <= 2 * 200 / 4, counts
+    assert len(counts) == 4, counts
+
+
+def test_disaggregates_only_long_uncached_prefills():
+    r = Router(PrefixIndex(BS))
+    r.upsert_worker(0, "prefill", 10_000)
+    r.upsert_worker(1, "decode", 10_000)
+    long = r.route("long", prompt(1, 4096))
+    assert long.disaggregated and (long.prefill_worker, long.decode_worker) == (0, 1)
+    assert long.explanation.prefill_candidates[0].worker_id == 0
+    tokens = prompt(2, 4096)
+    cache_on(r, 1, tokens)
+    local = r.route("cached", tokens)
+    assert not local.disaggregated and local.prefill_worker is None
+
+
+def test_calibration_moves_coefficients():
+    r = router(1)
+    before = r.coefficients()["prefill_ms_per_token"]
+    for n in range(1, 40):
+        r.report_prefill_timing(n * 300, (n * 7) % 11 * 500, 5 + 0.05 * n * 300)
+    after = r.coefficients()["prefill_ms_per_token"]
+    assert abs(after - 0.05) < abs(before - 0.05)
+
+
+def test_temperature_sampling_is_seeded():
+    def picks(seed):
+        r = router(4, temperature=1.0, seed=seed)
+        return [r.route(f"r{i}", prompt(0, 320, i)).decode_worker for i in range(30)]
+
+    assert picks(5) == picks(5)
+    assert len(set(picks(5))) > 1
