@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -80,10 +81,9 @@ class LLMEngine:
         self.tp = tp or init_tensor_parallel(
             config.tp_rank, config.tp_size, torch.device(config.device)
         )
-        model_config = ModelConfig.from_file(f"{config.model}/config.json")
-        self.max_model_len = config.max_model_len or model_config.max_position_embeddings
-        self.runner = ModelRunner(config, self.tp, self.max_model_len)
-        self.model_config = self.runner.model_config
+        self.model_config = ModelConfig.from_file(Path(config.model) / "config.json")
+        self.max_model_len = config.max_model_len or self.model_config.max_position_embeddings
+        self.runner = ModelRunner(config, self.model_config, self.tp, self.max_model_len)
         self.block_manager = BlockManager(
             config.num_kv_blocks,
             config.block_size,

@@ -27,15 +27,27 @@ class PreparedBatch:
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, tp: TensorParallelGroup, max_model_len: int) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        model_config: ModelConfig,
+        tp: TensorParallelGroup,
+        max_model_len: int,
+    ) -> None:
         self.device = torch.device(config.device)
         self.block_size = config.block_size
         self.tp = tp
         self.backend = select_backend(config.attention_backend, self.device)
         self.model = load_model(
-            config.model, self.backend, tp, self.device, config.dtype, max_positions=max_model_len
+            config.model,
+            model_config,
+            self.backend,
+            tp,
+            self.device,
+            config.dtype,
+            max_positions=max_model_len,
         )
-        self.model_config: ModelConfig = self.model.config
+        self.model_config = model_config
         self.dtype = self.model.lm_head.weight.dtype
         attention = self.model.model.layers[0].self_attn
         # [num_layers, num_blocks, block_size, local kv heads, head_dim], one for K and one for V.

@@ -151,11 +151,13 @@ def _decode_merge_kernel(
     )
 
 
-def choose_num_splits(batch: int, num_kv_heads: int, max_context_len: int, block_n: int) -> int:
+def choose_num_splits(
+    device: torch.device, batch: int, num_kv_heads: int, max_context_len: int, block_n: int
+) -> int:
     """Enough programs to fill the device, without splits shorter than a few tiles."""
-    if interpreting():
+    if interpreting() or device.type != "cuda":
         return 1
-    target_programs = 4 * torch.cuda.get_device_properties(0).multi_processor_count
+    target_programs = 4 * torch.cuda.get_device_properties(device).multi_processor_count
     wanted = math.ceil(target_programs / max(1, batch * num_kv_heads))
     longest_useful = math.ceil(max_context_len / (4 * block_n))
     return max(1, min(wanted, longest_useful, 64))
@@ -183,7 +185,7 @@ def paged_decode_attention_triton(
         return out
     block_n = block_n or (16 if interpreting() else 64)
     if num_splits is None:
-        num_splits = choose_num_splits(batch, num_kv_heads, max_context_len, block_n)
+        num_splits = choose_num_splits(query.device, batch, num_kv_heads, max_context_len, block_n)
     tokens_per_split = math.ceil(max(1, max_context_len) / num_splits / block_n) * block_n
     partial_out = torch.empty(
         batch, num_heads, num_splits, head_dim, dtype=torch.float32, device=query.device

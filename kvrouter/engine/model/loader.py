@@ -27,6 +27,7 @@ IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 def load_model(
     checkpoint: str | Path,
+    config: ModelConfig,
     backend: AttentionBackend,
     tp: TensorParallelGroup,
     device: torch.device,
@@ -34,7 +35,6 @@ def load_model(
     max_positions: int | None = None,
 ) -> CausalLM:
     checkpoint = Path(checkpoint)
-    config = ModelConfig.from_file(checkpoint / "config.json")
     with torch.device(device):
         model = CausalLM(config, backend, tp, max_positions or config.max_position_embeddings)
     load_weights(model, checkpoint)
