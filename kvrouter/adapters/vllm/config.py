@@ -1,0 +1,118 @@
+"""Which engines to subscribe to, from a config file or a mapping.
+
+```toml
+[[engines]]
+name = "llama-a"                           # stable: worker ids derive from it
+endpoint = "tcp://10.0.0.5:5557"           # the engine's KV event PUB socket
+replay_endpoint = "tcp://10.0.0.5:5558"    # its ROUTER replay socket (optional)
+data_parallel_size = 2                     # DP rank r publishes on port + r
+role = "both"                              # prefill | decode | both
+capacity_blocks = 40000
+namespace = "llama-3-8b"                   # hashing namespace of its blocks
+```
+
+`worker_ids = [11, 12]` pins the worker id of each DP rank; by default they
+derive from the name, so every router replica and restart agrees on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    name: str
+    endpoint: str
+    replay_endpoint: str | None = None
+    data_parallel_size: int = 1
+    worker_ids: tuple[int, ...] = ()
+    role: str = "both"
+    # The engine's KV capacity; only used to exclude prompts that cannot fit.
+    capacity_blocks: int = 1_000_000
+    namespace: str = ""
+    # ZMQ topic prefix to subscribe to ("" is every message).
+    topic: str = ""
+    # The KV cache group indexed for hybrid models.
+    kv_group: int = 0
+    streams: tuple[Stream, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("an engine needs a name")
+        if self.data_parallel_size < 1:
+            raise ValueError(f"engine {self.name}: data_parallel_size must be >= 1")
+        if self.worker_ids and len(self.worker_ids) != self.data_parallel_size:
+            raise ValueError(f"engine {self.name}: worker_ids needs one id per DP rank "
+                             f"({self.data_parallel_size}), got {len(self.worker_ids)}")
+        ids = self.worker_ids or tuple(stable_worker_id(self.name, r)
+                                       for r in range(self.data_parallel_size))
+        streams = tuple(
+            Stream(self.name, rank, offset_endpoint(self.endpoint, rank),
+                   self.replay_endpoint and offset_endpoint(self.replay_endpoint, rank), ids)
+            for rank in range(self.data_parallel_size))
+        object.__setattr__(self, "worker_ids", ids)
+        object.__setattr__(self, "streams", streams)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One DP rank's publisher: its own sockets and its own batch numbers."""
+
+    engine: str
+    dp_rank: int
+    endpoint: str
+    replay_endpoint: str | None
+    rank_workers: tuple[int, ...]
+
+    @property
+    def worker_id(self) -> int:
+        return self.rank_workers[self.dp_rank]
+
+    def worker_for(self, dp_rank: int | None) -> int:
+        """The worker a batch speaks for: its own DP rank when it names one."""
+        if dp_rank is None or dp_rank >= len(self.rank_workers):
+            return self.worker_id
+        return self.rank_workers[dp_rank]
+
+
+def stable_worker_id(name: str, dp_rank: int) -> int:
+    digest = hashlib.blake2b(f"{name}/dp{dp_rank}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1  # 63 bits: safe in every signed client
+
+
+def offset_endpoint(endpoint: str, dp_rank: int) -> str:
+    """Where DP rank `dp_rank` publishes, by vLLM's and SGLang's convention."""
+    if dp_rank == 0:
+        return endpoint
+    if endpoint.startswith("tcp://"):
+        host, _, port = endpoint.rpartition(":")
+        return f"{host}:{int(port) + dp_rank}"
+    return f"{endpoint}_dp{dp_rank}"
+
+
+def load_engines(source: str | Path | dict[str, Any]) -> list[EngineConfig]:
+    """Engines from a `.toml` or `.json` file, or from a mapping with an
+    `engines` list."""
+    if not isinstance(source, dict):
+        path = Path(source)
+        text = path.read_text()
+        source = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    known = {f.name for f in fields(EngineConfig) if f.init}
+    engines = []
+    for entry in source.get("engines", []):
+        unknown = set(entry) - known
+        if unknown:
+            raise ValueError(f"engine {entry.get('name')!r}: unknown keys {sorted(unknown)}")
+        if "worker_ids" in entry:
+            entry = {**entry, "worker_ids": tuple(entry["worker_ids"])}
+        engines.append(EngineConfig(**entry))
+    names = [e.name for e in engines]
+    if len(set(names)) != len(names):
+        raise ValueError(f"engine names must be unique: {names}")
+    return engines

@@ -1,0 +1,165 @@
+"""Turns one engine publisher's messages into a gap-free stream per worker.
+
+The index must see every batch of a worker exactly once, in order. PUB/SUB
+loses messages (a subscriber that joins late or falls behind), and vLLM's
+batch numbers restart at 0 with the engine. With `expected` the batch number
+the sink needs next, a message `seq` that arrives live is:
+
+- `seq == expected`: delivered;
+- `seq > expected`: a gap. `expected..seq-1` come from the engine's replay
+  socket; when its buffer no longer reaches back that far, the worker is
+  resynced from the oldest batch from which the run up to `seq` is complete;
+- `seq < expected`: a duplicate of a batch a catch-up replay delivered, or,
+  when the live numbers went back or replay never delivered it, an engine
+  that restarted with an empty cache. The worker is then resynced from batch
+  0 of the new run, as far as the replay buffer holds it.
+
+A message can only reveal a loss when it arrives, so the stream also probes
+the replay socket when it starts and whenever it has been quiet for a while:
+batches it missed are delivered, and an engine that no longer holds the last
+batch delivered has restarted, so its worker is cleared.
+
+A resync replaces what the index knows of the worker. Blocks it stored before
+the lost batches drop out: routing underestimates that worker's cache until
+it fills again, but never counts on blocks that may be gone. (vLLM batches
+carry no run id: an engine that restarts and publishes past `expected`
+before any of its messages arrive cannot be told from a gap.)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+from kvrouter.adapters.events import Event, WorkerBatch
+from kvrouter.adapters.sink import EventSink
+from kvrouter.adapters.vllm.config import Stream
+from kvrouter.adapters.vllm.convert import EventConverter
+from kvrouter.adapters.vllm.wire import WireError, decode_batch
+
+log = logging.getLogger(__name__)
+
+# (replay endpoint, first batch number) -> (payloads by batch number, whether
+# the engine answered to the end)
+Replay = Callable[[str, int], Awaitable[tuple[dict[int, bytes], bool]]]
+
+
+class StreamSequencer:
+    def __init__(self, stream: Stream, converter: EventConverter, sink: EventSink,
+                 replay: Replay, stats: Counter[str]) -> None:
+        self.stream = stream
+        self.converter = converter
+        self.sink = sink
+        self.replay = replay
+        self.stats = stats
+        self.last_live: int | None = None
+        # The newest batch delivered ahead of the live stream by a probe.
+        self.probed_upto = -1
+        # Where a restarted engine's worker was cleared, so quiet probes do
+        # it once.
+        self.cleared_at: int | None = None
+
+    async def on_message(self, seq: int, payload: bytes) -> None:
+        rank, events = self._decode(seq, payload)
+        worker = self.stream.worker_for(rank)
+        expected = await self.sink.next_seq(worker)
+        went_back = self.last_live is not None and seq <= self.last_live
+        self.last_live = seq
+        if went_back or self.probed_upto < seq < expected:
+            self.stats["restarts"] += 1
+            log.warning("%s dp%d restarted (batch %d, expected %d); resyncing worker %d",
+                        self.stream.engine, self.stream.dp_rank, seq, expected, worker)
+            self.probed_upto = -1
+            found, _ = await self._fetch(0, seq)
+            await self._deliver_run(worker, 0, seq, {**found, seq: payload}, restarted=True)
+        elif seq < expected:
+            self.stats["duplicates"] += 1
+        elif seq == expected:
+            await self._deliver(_batch(worker, seq, events))
+        else:
+            self.stats["gaps"] += 1
+            found, _ = await self._fetch(expected, seq)
+            await self._deliver_run(worker, expected, seq, {**found, seq: payload})
+
+    async def probe(self) -> None:
+        """Catches up on batches no live message has revealed yet."""
+        if self.stream.replay_endpoint is None:
+            return
+        worker = self.stream.worker_id
+        expected = await self.sink.next_seq(worker)
+        found, answered = await self._fetch(max(expected - 1, 0), None)
+        if not answered:
+            return
+        if expected > 0 and not found:
+            await self._restarted_quietly(worker, expected)
+            return
+        newest = max(found, default=-1)
+        if newest >= expected:
+            await self._deliver_run(worker, expected, newest, found)
+            self.probed_upto = max(self.probed_upto, newest)
+
+    async def _restarted_quietly(self, worker: int, expected: int) -> None:
+        """The engine no longer holds the last batch delivered: it restarted,
+        and none of its new batches arrived live yet."""
+        found, _ = await self._fetch(0, None)
+        if not found and self.cleared_at == expected - 1:
+            return
+        self.stats["restarts"] += 1
+        log.warning("%s dp%d no longer holds batch %d: it restarted; resyncing worker %d",
+                    self.stream.engine, self.stream.dp_rank, expected - 1, worker)
+        self.probed_upto = -1
+        if found:
+            newest = max(found)
+            await self._deliver_run(worker, 0, newest, found, restarted=True)
+            self.probed_upto = newest
+        else:
+            await self._deliver(WorkerBatch(worker, expected - 1, [], resync=True))
+            self.cleared_at = expected - 1
+
+    async def _fetch(self, start: int, before: int | None) -> tuple[dict[int, bytes], bool]:
+        if self.stream.replay_endpoint is None or (before is not None and start >= before):
+            return {}, False
+        self.stats["replays"] += 1
+        return await self.replay(self.stream.replay_endpoint, start)
+
+    async def _deliver_run(self, worker: int, start: int, end: int, found: dict[int, bytes],
+                           restarted: bool = False) -> None:
+        """Delivers the complete run of batches that ends at `end`, resyncing
+        at its first batch unless it starts at `start` after no restart."""
+        first = end
+        while first - 1 >= start and first - 1 in found:
+            first -= 1
+        resync = restarted or first != start
+        if resync:
+            self.stats["resyncs"] += 1
+        if first != start:
+            log.warning("worker %d: batches %d..%d are gone; resyncing from batch %d",
+                        worker, start, first - 1, first)
+        for number in range(first, end + 1):
+            _, events = self._decode(number, found[number])
+            await self._deliver(_batch(worker, number, events, resync and number == first))
+
+    async def _deliver(self, batch: WorkerBatch) -> None:
+        await self.sink.deliver(batch)
+        self.stats["batches"] += 1
+
+    def _decode(self, seq: int, payload: bytes) -> tuple[int | None, list[Event] | None]:
+        """The batch's DP rank and events; None events for a batch that cannot
+        be read."""
+        try:
+            batch = decode_batch(payload)
+        except WireError as exc:
+            self.stats["malformed"] += 1
+            log.error("%s dp%d batch %d: %s; clearing the worker", self.stream.engine,
+                      self.stream.dp_rank, seq, exc)
+            return None, None
+        for tag in batch.skipped_tags:
+            self.stats[f"unknown_event:{tag}"] += 1
+        return batch.data_parallel_rank, self.converter.convert(batch.events)
+
+
+def _batch(worker: int, seq: int, events: list[Event] | None, resync: bool = False) -> WorkerBatch:
+    """An unreadable batch (None events) becomes an empty resync: it clears
+    the worker rather than risk keeping blocks it removed."""
+    return WorkerBatch(worker, seq, events or [], resync=resync or events is None)
