@@ -26,7 +26,7 @@ from kvrouter.engine.parallel import TensorParallelGroup, init_tensor_parallel
 from kvrouter.engine.sampler import sample
 from kvrouter.engine.sampling_params import SamplingParams
 from kvrouter.engine.scheduler import ScheduledSequence, Scheduler
-from kvrouter.engine.sequence import RequestTimings, Sequence, SequenceStatus
+from kvrouter.engine.sequence import RequestTimings, Sequence
 
 
 @dataclass
@@ -299,6 +299,3 @@ class LLMEngine:
         shared = torch.tensor(tokens, dtype=torch.int64, device=self.runner.device)
         dist.broadcast(shared, src=0)
         return shared.tolist()
-
-
-__all__ = ["Completion", "EngineLoad", "LLMEngine", "RequestOutput", "SequenceStatus"]

@@ -1,16 +1,14 @@
 import os
 
+import pytest
 import torch
 
+from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint
+
 # Triton kernels run under the interpreter where there is no GPU. The variable
-# must be set before any kernel module is imported.
+# must be set before any kernel module is imported (they are imported lazily).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
-import pytest  # noqa: E402
-
-from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="session")

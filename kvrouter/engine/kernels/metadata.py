@@ -28,7 +28,3 @@ class AttentionMetadata:
     # Query token offsets of each prefill sequence, length num_prefills + 1.
     prefill_cu_seqlens_q: torch.Tensor
     prefill_max_query_len: int
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return int(self.slot_mapping.numel()) - self.num_decode_tokens
