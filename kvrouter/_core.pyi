@@ -159,16 +159,23 @@ class RoutingCore:
     ) -> None: ...
     def route(
         self,
+        index: PrefixIndex,
         request_id: str,
-        num_tokens: int,
-        num_blocks: int,
-        overlaps: dict[int, tuple[int, int, int]],
+        tokens: Tokens | None = None,
+        *,
+        hashes: Hashes | None = None,
+        num_tokens: int | None = None,
+        namespace: str = "",
         now_s: float,
-    ) -> tuple[int, int | None, float, int, str, list[CandidateRow], list[CandidateRow]]:
-        """Scores all candidates with the GIL released and books the winner(s):
+        approximate_ttl_s: float = 0.0,
+    ) -> tuple[int, int | None, float, int, int, str, list[CandidateRow], list[CandidateRow]]:
+        """Looks the prompt (tokens, or block hashes) up in `index`, scores all
+        candidates and books the winner(s), in one call with the GIL released:
         (decode_worker, prefill_worker, predicted_ttft_ms, prefill_tokens,
-        reason, decode candidates, prefill candidates). Raises
-        NoWorkerAvailable, or ValueError for a request id already booked."""
+        num_blocks, reason, decode candidates, prefill candidates). With a
+        positive approximate_ttl_s the chosen workers are recorded in the
+        index as soon-to-hold the prompt. Raises NoWorkerAvailable, or
+        ValueError for a request id already booked."""
     def prefill_done(self, request_id: str) -> bool: ...
     def release(self, request_id: str) -> bool: ...
     def observe_prefill(self, new_tokens: float, cached_tokens: float, ms: float) -> None: ...

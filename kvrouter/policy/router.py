@@ -5,17 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from kvrouter._core import PrefixIndex, RoutingCore, hash_tokens
+from kvrouter._core import PrefixIndex, RoutingCore
 from kvrouter.policy.config import PolicyConfig
 from kvrouter.policy.decision import CandidateCost, Decision, Explanation
 
 ROLES = ("prefill", "decode", "both")
-
-
-def _num_tokens(tokens) -> int:
-    if isinstance(tokens, bytes | bytearray | memoryview):
-        return len(tokens) // 4
-    return len(tokens)
 
 
 class Router:
@@ -96,18 +90,18 @@ class Router:
         `tokens` are the prompt's token ids; a caller that already holds the
         block hashes passes `hashes` (and `num_tokens`) with tokens None.
         Raises NoWorkerAvailable, or ValueError for a request id in flight."""
-        if hashes is None:
-            hashes = hash_tokens(tokens, self.index.block_size, namespace)
-            num_tokens = _num_tokens(tokens)
-        elif num_tokens is None:
-            num_tokens = len(hashes) * self.index.block_size
-        tiers = self.index.find_matches(hashes).tiers if len(hashes) else {}
-        decode, prefill, ttft, prefill_tokens, reason, decode_rows, prefill_rows = self._core.route(
-            request_id, num_tokens, len(hashes), tiers, self._clock()
+        (decode, prefill, ttft, prefill_tokens, num_blocks, reason, decode_rows, prefill_rows) = (
+            self._core.route(
+                self.index,
+                request_id,
+                tokens if hashes is None else None,
+                hashes=hashes,
+                num_tokens=num_tokens,
+                namespace=namespace,
+                now_s=self._clock(),
+                approximate_ttl_s=self.config.approximate_ttl_s,
+            )
         )
-        if self.config.approximate_ttl_s > 0 and len(hashes):
-            for worker in {decode, prefill} - {None}:
-                self.index.insert_approximate(worker, hashes, self.config.approximate_ttl_s)
         return Decision(
             request_id=request_id,
             prefill_worker=prefill,
@@ -118,7 +112,7 @@ class Router:
                 [CandidateCost(*row) for row in decode_rows],
                 [CandidateCost(*row) for row in prefill_rows],
             ),
-            num_blocks=len(hashes),
+            num_blocks=num_blocks,
             prefill_tokens=prefill_tokens,
             predicted_ttft_ms=ttft,
         )

@@ -135,7 +135,7 @@ fn seq_hashes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<SeqHash>> {
 /// Which workers hold which cached prefixes. Thread-safe: lookups run in
 /// parallel; writes are batched per call.
 #[pyclass(name = "PrefixIndex", module = "kvrouter._core", frozen)]
-pub struct PyPrefixIndex(PrefixIndex);
+pub struct PyPrefixIndex(pub(crate) PrefixIndex);
 
 #[pymethods]
 impl PyPrefixIndex {

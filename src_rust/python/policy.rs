@@ -1,8 +1,11 @@
 //! `RoutingCore` for Python: the policy's scoring and load book behind one
 //! lock; every routing call releases the GIL while it scores.
 
-use crate::ids::WorkerId;
-use crate::index::TierDepths;
+use super::hashing::hasher;
+use super::index::PyPrefixIndex;
+use super::ints::{extract_hashes, Tokens};
+use crate::hashing::BlockHasher;
+use crate::ids::{SeqHash, WorkerId};
 use crate::policy::{
     Candidate, Coefficients, Load, Policy, PolicyConfig, Request, Role, RouteError, Selector,
 };
@@ -11,6 +14,13 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use std::time::Duration;
+
+/// A prompt as the caller has it: raw tokens, or block hashes already made.
+enum Prompt {
+    Tokens(Tokens, BlockHasher),
+    Hashes(Vec<SeqHash>),
+}
 
 create_exception!(
     kvrouter._core,
@@ -51,11 +61,12 @@ fn row(c: &Candidate) -> CandidateRow {
 }
 
 /// (decode_worker, prefill_worker or None, predicted_ttft_ms, prefill_tokens,
-///  reason, decode candidates, prefill candidates)
+///  num_blocks, reason, decode candidates, prefill candidates)
 type DecisionRow = (
     u64,
     Option<u64>,
     f64,
+    u64,
     u64,
     String,
     Vec<CandidateRow>,
@@ -180,43 +191,91 @@ impl PyRoutingCore {
             .map_err(to_pyerr)
     }
 
-    /// Scores every candidate and books the request on the winner(s).
-    /// `overlaps`: {worker_id: (device, host, disk)} matched blocks.
+    /// Looks the prompt up in `index`, scores every candidate and books the
+    /// request on the winner(s), all in one call with the GIL released. The
+    /// prompt is `tokens` (hashed here) or its block `hashes`; with a positive
+    /// `approximate_ttl_s` the chosen workers are recorded as soon-to-hold
+    /// the prompt's blocks.
+    #[pyo3(signature = (
+        index, request_id, tokens = None, *, hashes = None, num_tokens = None,
+        namespace = "", now_s, approximate_ttl_s = 0.0
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn route(
         &self,
         py: Python<'_>,
+        index: &PyPrefixIndex,
         request_id: &str,
-        num_tokens: u64,
-        num_blocks: u64,
-        overlaps: &Bound<'_, PyDict>,
+        tokens: Option<&Bound<'_, PyAny>>,
+        hashes: Option<&Bound<'_, PyAny>>,
+        num_tokens: Option<u64>,
+        namespace: &str,
         now_s: f64,
+        approximate_ttl_s: f64,
     ) -> PyResult<DecisionRow> {
-        let mut matched = Vec::with_capacity(overlaps.len());
-        for (worker, tiers) in overlaps.iter() {
-            let (device, host, disk): (u32, u32, u32) = tiers.extract()?;
-            matched.push((
-                WorkerId(worker.extract()?),
-                TierDepths { device, host, disk },
-            ));
-        }
-        let request = Request {
-            num_tokens,
-            num_blocks,
-            block_size: self.block_size,
+        let index = &index.0;
+        let prompt = match (tokens, hashes) {
+            (Some(tokens), None) => Prompt::Tokens(
+                Tokens::extract(tokens)?,
+                hasher(index.block_size(), namespace)?,
+            ),
+            (None, Some(hashes)) => {
+                Prompt::Hashes(extract_hashes(hashes)?.into_iter().map(SeqHash).collect())
+            }
+            _ => {
+                return Err(PyValueError::new_err(
+                    "route needs exactly one of tokens or hashes",
+                ))
+            }
         };
         let now_ms = (now_s * 1000.0).max(0.0) as u64;
+        let approximate_ttl =
+            (approximate_ttl_s > 0.0).then(|| Duration::from_secs_f64(approximate_ttl_s));
         let d = py
             .detach(|| {
-                self.policy
+                let (hashes, prompt_tokens) = match &prompt {
+                    Prompt::Tokens(tokens, hasher) => (
+                        hasher.seq_hashes(tokens.as_slice()),
+                        tokens.as_slice().len() as u64,
+                    ),
+                    Prompt::Hashes(hashes) => {
+                        (hashes.clone(), hashes.len() as u64 * self.block_size)
+                    }
+                };
+                let matched = if hashes.is_empty() {
+                    Vec::new()
+                } else {
+                    index.find_matches(&hashes, false).scores
+                };
+                let request = Request {
+                    num_tokens: num_tokens.unwrap_or(prompt_tokens),
+                    num_blocks: hashes.len() as u64,
+                    block_size: self.block_size,
+                };
+                let decision = self
+                    .policy
                     .lock()
-                    .route(request_id, request, &matched, now_ms)
+                    .route(request_id, request, &matched, now_ms)?;
+                if let Some(ttl) = approximate_ttl.filter(|_| !hashes.is_empty()) {
+                    for worker in [Some(decision.decode_worker), decision.prefill_worker]
+                        .into_iter()
+                        .flatten()
+                    {
+                        // Fails only past 2^24 workers; a missing prediction
+                        // costs routing quality, never correctness.
+                        let _ = index.insert_approximate(worker, &hashes, ttl);
+                    }
+                }
+                Ok((decision, request.num_blocks))
             })
             .map_err(to_pyerr)?;
+        let (d, num_blocks) = d;
         Ok((
             d.decode_worker.0,
             d.prefill_worker.map(|w| w.0),
             d.predicted_ttft_ms,
             d.prefill_tokens,
+            num_blocks,
             d.reason,
             d.decode_candidates.iter().map(row).collect(),
             d.prefill_candidates.iter().map(row).collect(),
