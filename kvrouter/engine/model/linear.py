@@ -3,7 +3,7 @@
 A column-parallel layer splits its output features across ranks; a
 row-parallel one splits its input features and sums the partial products
 with an all-reduce. Attention and MLP are each one column-parallel layer
-followed by one row-parallel layer, so a layer costs one all-reduce.
+followed by one row-parallel layer, so each costs a single all-reduce.
 
 Each layer knows how to take its slice of a full checkpoint tensor
 (`load`), so checkpoints stay unsharded on disk.
