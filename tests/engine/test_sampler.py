@@ -1,0 +1,43 @@
+"""Sampling keeps exactly the tokens top-k and top-p allow."""
+
+import math
+
+import torch
+
+from kvrouter.engine.sampler import sample
+from kvrouter.engine.sampling_params import SamplingParams
+from kvrouter.engine.sequence import Sequence
+
+# Probabilities 0.5, 0.3, 0.15, 0.05 at temperature 1.
+LOGITS = torch.tensor([[math.log(p) for p in (0.3, 0.5, 0.05, 0.15)]])
+
+
+def draws(params: SamplingParams, count: int = 300) -> set[int]:
+    seq = Sequence("r", [1], params)
+    return {sample(LOGITS, [seq])[0] for _ in range(count)}
+
+
+def test_greedy_takes_the_most_likely_token():
+    assert draws(SamplingParams(), count=3) == {1}
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    assert draws(SamplingParams(temperature=1.0, top_p=0.5, seed=0)) == {1}
+    assert draws(SamplingParams(temperature=1.0, top_p=0.75, seed=0)) == {0, 1}
+    assert draws(SamplingParams(temperature=1.0, top_p=0.9, seed=0)) == {0, 1, 3}
+
+
+def test_top_k_keeps_the_k_most_likely_tokens():
+    assert draws(SamplingParams(temperature=1.0, top_k=2, seed=0)) == {0, 1}
+
+
+def test_without_cuts_every_token_can_be_drawn():
+    assert draws(SamplingParams(temperature=1.0, seed=0), count=1000) == {0, 1, 2, 3}
+
+
+def test_same_seed_same_draws():
+    params = SamplingParams(temperature=1.0, seed=42)
+    first, second = Sequence("a", [1], params), Sequence("b", [1], params)
+    assert [sample(LOGITS, [first])[0] for _ in range(20)] == [
+        sample(LOGITS, [second])[0] for _ in range(20)
+    ]
