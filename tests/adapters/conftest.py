@@ -71,3 +71,14 @@ def farm():
     farm = EngineFarm()
     yield farm
     farm.close()
+
+
+@pytest.fixture
+def nats_url(tmp_path):
+    """The URL of a fresh nats-server with JetStream, stopped after the test."""
+    pytest.importorskip("nats", reason="the adapters extra (nats-py) is not installed")
+    from .nats_server import NatsServer
+
+    server = NatsServer(tmp_path / "jetstream")
+    yield server.url
+    server.stop()

@@ -1,0 +1,134 @@
+"""One router replica's prefix index, fed from the JetStream stream.
+
+Each replica owns a durable pull consumer named after it and applies every
+batch in stream order, so all replicas converge to the same index. Its
+snapshot records the stream position it covers; on start the replica
+restores it and recreates its consumer just after that position, so a
+restart neither rebuilds from scratch nor skips a batch (batches applied
+after the snapshot arrive again and are dropped as duplicates by number).
+
+A worker batch that skips ahead (the stream aged out batches this replica
+never read) resyncs that worker here: the replica forgets what it knew of the
+worker rather than serve blocks that may be gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+
+import nats.errors
+from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from kvrouter._core import PrefixIndex
+from kvrouter.adapters.nats.codec import decode_batch
+from kvrouter.adapters.nats.config import NatsConfig, check_name
+from kvrouter.adapters.nats.snapshot_store import load_snapshot, save_snapshot
+from kvrouter.adapters.nats.stream import ensure_stream
+from kvrouter.adapters.sink import apply_batch
+
+log = logging.getLogger(__name__)
+
+
+class IndexReplica:
+    def __init__(self, nc: Client, config: NatsConfig, name: str, *, block_size: int = 16,
+                 max_blocks: int | None = None, snapshot_path: str | Path | None = None,
+                 snapshot_interval_s: float = 30.0, fetch_batch: int = 512) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.config = config
+        self.name = check_name(name)
+        self.snapshot_path = Path(snapshot_path) if snapshot_path else None
+        self.snapshot_interval_s = snapshot_interval_s
+        self.fetch_batch = fetch_batch
+        self.index = PrefixIndex(block_size, max_blocks)
+        # The last stream sequence number applied to the index.
+        self.position = 0
+        # batches, duplicates, resyncs, malformed, snapshots
+        self.stats: Counter[str] = Counter()
+        self._task: asyncio.Task | None = None
+        self._last_snapshot = time.monotonic()
+
+    async def start(self) -> None:
+        if self._task is not None:
+            raise RuntimeError("already started")
+        restored = load_snapshot(self.snapshot_path) if self.snapshot_path else None
+        if restored is not None:
+            self.position, data = restored
+            self.index = PrefixIndex.restore(data)
+            log.info("replica %s resumes after stream position %d", self.name, self.position)
+        await ensure_stream(self.js, self.config)
+        subscription = await self._subscribe()
+        self._task = asyncio.create_task(self._consume(subscription), name=f"replica {self.name}")
+
+    async def stop(self, snapshot: bool = True) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if snapshot:
+            await self.save()
+
+    async def save(self) -> None:
+        if self.snapshot_path is None:
+            return
+        position, data = self.position, await asyncio.to_thread(self.index.snapshot)
+        await asyncio.to_thread(save_snapshot, self.snapshot_path, position, data)
+        self.stats["snapshots"] += 1
+        self._last_snapshot = time.monotonic()
+
+    async def _subscribe(self):
+        """The durable consumer, recreated to start right after the position
+        this replica's index covers."""
+        with contextlib.suppress(NotFoundError):
+            await self.js.delete_consumer(self.config.stream, self.name)
+        start = (dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                      opt_start_seq=self.position + 1)
+                 if self.position else dict(deliver_policy=DeliverPolicy.ALL))
+        consumer = ConsumerConfig(durable_name=self.name, ack_policy=AckPolicy.ALL,
+                                  filter_subject=self.config.event_subjects, **start)
+        return await self.js.pull_subscribe(self.config.event_subjects, durable=self.name,
+                                            stream=self.config.stream, config=consumer)
+
+    async def _consume(self, subscription) -> None:
+        while True:
+            try:
+                messages = await subscription.fetch(self.fetch_batch, timeout=0.5)
+            except nats.errors.TimeoutError:
+                messages = []
+            for message in messages:
+                self._apply(message.data, message.metadata.sequence.stream)
+            if messages:
+                await messages[-1].ack()
+            if self.snapshot_path and time.monotonic() - self._last_snapshot > \
+                    self.snapshot_interval_s:
+                await self.save()
+
+    def _apply(self, data: bytes, stream_seq: int) -> None:
+        if stream_seq <= self.position:
+            return
+        self.position = stream_seq
+        try:
+            batch = decode_batch(data)
+        except ValueError as exc:
+            # The worker's next batch shows up as a gap and resyncs it.
+            self.stats["malformed"] += 1
+            log.error("replica %s: stream message %d: %s", self.name, stream_seq, exc)
+            return
+        status = apply_batch(self.index, batch)
+        if status == "gap":
+            self.stats["resyncs"] += 1
+            log.warning("replica %s: worker %d batch %d skips ahead; resyncing the worker",
+                        self.name, batch.worker_id, batch.seq)
+            batch.resync = True
+            apply_batch(self.index, batch)
+        elif status == "duplicate":
+            self.stats["duplicates"] += 1
+        self.stats["batches"] += 1

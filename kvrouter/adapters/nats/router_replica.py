@@ -1,0 +1,64 @@
+"""A complete router replica on NATS: its own index fed from the event
+stream, and a routing policy whose load book is shared with the other
+replicas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nats
+
+from kvrouter.adapters.nats.config import NatsConfig
+from kvrouter.adapters.nats.load_share import SharedLoadRouter
+from kvrouter.adapters.nats.replica import IndexReplica
+from kvrouter.policy import PolicyConfig, Router
+
+
+class RouterReplica:
+    """`async with RouterReplica(config, "router-a") as replica:` then route
+    with `replica.router` (a `SharedLoadRouter`) and read `replica.index`."""
+
+    def __init__(self, config: NatsConfig, name: str, *, policy: PolicyConfig | None = None,
+                 block_size: int = 16, snapshot_path: str | Path | None = None,
+                 snapshot_interval_s: float = 30.0, book_interval_s: float = 2.0) -> None:
+        self.config = config
+        self.name = name
+        self.policy = policy
+        self.block_size = block_size
+        self.snapshot_path = snapshot_path
+        self.snapshot_interval_s = snapshot_interval_s
+        self.book_interval_s = book_interval_s
+        self.nc = None
+        self.events: IndexReplica | None = None
+        self.router: SharedLoadRouter | None = None
+
+    @property
+    def index(self):
+        return self.events.index
+
+    async def start(self) -> None:
+        self.nc = await nats.connect(servers=list(self.config.servers), name=self.name)
+        self.events = IndexReplica(self.nc, self.config, self.name, block_size=self.block_size,
+                                   snapshot_path=self.snapshot_path,
+                                   snapshot_interval_s=self.snapshot_interval_s)
+        await self.events.start()
+        # The router reads the index the replica restored or created.
+        self.router = SharedLoadRouter(Router(self.events.index, self.policy), self.nc,
+                                       self.config, self.name,
+                                       book_interval_s=self.book_interval_s)
+        await self.router.start()
+
+    async def stop(self, snapshot: bool = True) -> None:
+        if self.router is not None:
+            await self.router.stop()
+        if self.events is not None:
+            await self.events.stop(snapshot=snapshot)
+        if self.nc is not None:
+            await self.nc.drain()
+
+    async def __aenter__(self) -> RouterReplica:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
