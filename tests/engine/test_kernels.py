@@ -21,7 +21,7 @@ from kvrouter.engine.kernels.triton_prefill import paged_prefill_attention_trito
 from .paged_inputs import random_paged_batch  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE = 4, 2, 16, 4
 

@@ -67,3 +67,14 @@ def test_greedy_continuation_matches_hf(checkpoint):
             pad_token_id=0,
         )
     assert completion.token_ids == generated[0, len(PROMPT) :].tolist()
+
+
+def test_triton_backend_logits_match_hf(tmp_path):
+    pytest.importorskip("triton")
+    path = write_tiny_checkpoint(tmp_path, "qwen2", seed=3)
+    engine = LLMEngine(
+        EngineConfig(model=path, block_size=4, num_kv_blocks=32, attention_backend="triton")
+    )
+    with torch.no_grad():
+        expected = hf_model(path)(torch.tensor([PROMPT])).logits[0]
+    assert (engine.prompt_logits(PROMPT) - expected).abs().max().item() <= 1e-4
