@@ -295,27 +295,31 @@ class KvEventPublisher:
         await call.write(pb.PublishRequest(hello=hello))
         reader = asyncio.ensure_future(self._read(call))
         try:
-            while not reader.done():
-                await self._send_ready(call)
-                try:
-                    await asyncio.wait_for(self._wake.wait(), self.flush_interval_s * 50)
-                except TimeoutError:
-                    pass
+            while True:
+                await self._wake.wait()
                 self._wake.clear()
+                if reader.done():
+                    break
+                # Let a burst of events gather into one batch.
                 await asyncio.sleep(self.flush_interval_s)
+                await self._send_ready(call)
             reader.result()
         finally:
             reader.cancel()
             call.cancel()
 
     async def _read(self, call) -> None:
-        async for reply in call:
-            self.connected = True
-            if reply.WhichOneof("kind") == "ack":
-                self._on_ack(reply.ack.next_seq)
-            else:
-                self._on_resync(reply.resync.expected_seq)
+        """Handles the router's replies; wakes the sender for each, and at the end."""
+        try:
+            async for reply in call:
+                self.connected = True
+                if reply.WhichOneof("kind") == "ack":
+                    self._on_ack(reply.ack.next_seq)
+                else:
+                    self._on_resync(reply.resync.expected_seq)
                 self._kick()
+        finally:
+            self._kick()
 
     async def _send_ready(self, call) -> None:
         """Cuts pending events and sends the buffered batches from the cursor on."""

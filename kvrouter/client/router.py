@@ -81,7 +81,9 @@ class AsyncRouterClient:
         candidate, not only the chosen ones."""
         request = route_request(tokens, namespace, request_id, explain)
         try:
-            response = await self._router.Route(request, timeout=timeout or self.timeout)
+            response = await self._router.Route(
+                request, timeout=self.timeout if timeout is None else timeout
+            )
         except grpc.RpcError as e:
             raise rpc_error(e) from None
         return route_result(response)
@@ -101,7 +103,9 @@ class AsyncRouterClient:
         returned in its place."""
         requests = _requests(prompts, namespace, request_ids, explain)
         try:
-            call = self._router.RouteStream(iter(requests), timeout=timeout or self.timeout)
+            call = self._router.RouteStream(
+                iter(requests), timeout=self.timeout if timeout is None else timeout
+            )
             responses = [r async for r in call]
         except grpc.RpcError as e:
             raise rpc_error(e) from None
@@ -162,7 +166,9 @@ class RouterClient:
     ) -> RouteResult:
         request = route_request(tokens, namespace, request_id, explain)
         try:
-            response = self._router.Route(request, timeout=timeout or self.timeout)
+            response = self._router.Route(
+                request, timeout=self.timeout if timeout is None else timeout
+            )
         except grpc.RpcError as e:
             raise rpc_error(e) from None
         return route_result(response)
@@ -180,7 +186,9 @@ class RouterClient:
         requests = _requests(prompts, namespace, request_ids, explain)
         try:
             responses = list(
-                self._router.RouteStream(iter(requests), timeout=timeout or self.timeout)
+                self._router.RouteStream(
+                    iter(requests), timeout=self.timeout if timeout is None else timeout
+                )
             )
         except grpc.RpcError as e:
             raise rpc_error(e) from None
