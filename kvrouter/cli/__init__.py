@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
-import sys
 
 
 def _subcommands() -> dict[str, object]:
@@ -36,7 +35,3 @@ def main(argv: list[str] | None = None) -> int:
         sub.set_defaults(run=module.run)
     args = parser.parse_args(argv)
     return args.run(args) or 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

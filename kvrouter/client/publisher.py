@@ -114,6 +114,7 @@ class KvEventPublisher:
         self._runner: asyncio.Future | None = None
         self.connected = False
         self.resyncs_answered = 0
+        self.dumps_sent = 0
 
     # -- the event sink (any thread)
     def stored(
@@ -247,6 +248,7 @@ class KvEventPublisher:
                 pb.EventBatch(seq=seq, events=events, resync=True, emitted_at=time.time())
             )
         self._cursor = seq
+        self.dumps_sent += 1
         log.info(
             "resync dump",
             extra={"fields": {"worker_id": self.worker_id, "seq": seq, "events": len(events)}},
@@ -266,15 +268,15 @@ class KvEventPublisher:
                     backoff = self.backoff_initial_s
                 except grpc.RpcError as e:
                     self._on_stream_error(e)
-                finally:
-                    self.connected = False
+                self.connected = False
             await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
             backoff = min(backoff * 2, self.backoff_max_s)
 
     def _on_stream_error(self, e: grpc.RpcError) -> None:
-        if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
-            # The router refused a batch (or does not know this worker): a
-            # replay would be refused again, so the next resync is a dump.
+        if e.code() == grpc.StatusCode.INVALID_ARGUMENT and self.connected:
+            # The router refused a batch, or forgot this worker mid-stream: a
+            # replay would be refused or incomplete, so the next resync is a
+            # dump. (A refused hello, before registration, keeps the buffer.)
             with self._lock:
                 self._buffer.clear()
         log.warning(

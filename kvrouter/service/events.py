@@ -72,13 +72,12 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
                 pb.PublishReply(resync=pb.ResyncRequest(expected_seq=expected, reason=reason))
             )
 
-    def close_stream(self, worker_id: int) -> None:
+    def close_stream(self, worker_id: int, reason: str) -> None:
+        """Ends the worker's stream (it left or lapsed) and forgets its resync."""
         stream = self._streams.pop(worker_id, None)
         self._awaiting.pop(worker_id, None)
         if stream is not None:
-            stream.close(
-                ServiceError(grpc.StatusCode.NOT_FOUND, f"worker {worker_id} deregistered")
-            )
+            stream.close(ServiceError(grpc.StatusCode.NOT_FOUND, f"worker {worker_id} {reason}"))
 
     def close_all(self, reason: str) -> None:
         for stream in self._streams.values():

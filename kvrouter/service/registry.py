@@ -62,7 +62,7 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
             self.workers.remove(request.worker_id, "deregistered")
         except ServiceError as e:
             await context.abort(e.code, e.message)
-        self.events.close_stream(request.worker_id)
+        self.events.close_stream(request.worker_id, "deregistered")
         return pb.DeregisterResponse()
 
     async def List(self, request, context):

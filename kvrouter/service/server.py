@@ -136,7 +136,7 @@ class RouterServer:
             await asyncio.sleep(period)
             for worker_id in self.workers.expire():
                 self.metrics.expirations.inc()
-                self.events.close_stream(worker_id)
+                self.events.close_stream(worker_id, "missed its heartbeats")
 
     async def _forget_unclaimed(self) -> None:
         """Drops restored index entries of workers that never re-register."""

@@ -1,0 +1,115 @@
+"""`kvrouter serve` as a process: it starts from flags, logs JSON with request
+ids, drains on SIGTERM, and keeps its index across restarts via a snapshot."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+
+from kvrouter.client import KvEventPublisher, RouterClient, WorkerRegistration
+
+from .helpers import prompt
+
+
+class ServeProcess:
+    def __init__(self, *flags: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kvrouter.cli",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "",
+                *flags,
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.lines: queue.Queue = queue.Queue()
+        self.seen: list[dict] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.port = self.wait_for("router serving")["port"]
+        self.target = f"127.0.0.1:{self.port}"
+
+    def _pump(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for(self, msg: str, timeout: float = 30.0) -> dict:
+        for record in self.seen:
+            if record["msg"] == msg:
+                return record
+        while (line := self.lines.get(timeout=timeout)) is not None:
+            record = json.loads(line)
+            self.seen.append(record)
+            if record["msg"] == msg:
+                return record
+        raise AssertionError(f"the router exited before logging {msg!r}")
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_sigterm_drains_and_the_snapshot_survives_a_restart(tmp_path):
+    snapshot = tmp_path / "index.snap"
+    flags = ("--snapshot-path", str(snapshot), "--drain-grace-s", "2")
+    tokens = prompt(seed=21, blocks=8)
+    first = ServeProcess(*flags, env={"KVROUTER_HEARTBEAT_TTL_S": "30"})
+    try:
+        worker = WorkerRegistration(first.target, role="both", capacity_blocks=1000, worker_id=9)
+        worker.start_background()
+        publisher = KvEventPublisher(first.target, 9).start()
+        publisher.stored(None, list(range(8)), tokens)
+        assert publisher.flush(10)
+        with RouterClient(first.target) as client:
+            routed = client.route(tokens, request_id="trace-me")
+        assert routed.decode_worker == 9
+        assert first.wait_for("routed")["request_id"] == "trace-me"
+        publisher.close(timeout=1)
+        worker.stop_background(deregister=False)
+
+        assert first.terminate() == 0
+        assert first.wait_for("index snapshot written")["blocks"] == 8
+        assert snapshot.exists()
+    finally:
+        first.kill()
+
+    second = ServeProcess(*flags)
+    try:
+        assert second.wait_for("index restored")["blocks"] == 8
+        worker = WorkerRegistration(second.target, role="both", capacity_blocks=1000, worker_id=9)
+        worker.start_background()
+        with RouterClient(second.target) as client:
+            result = client.route(tokens, explain=True)
+        assert result.explanation.decode_candidates[0].overlap == 8
+        worker.stop_background()
+        assert second.terminate() == 0
+    finally:
+        second.kill()
+
+
+def test_bad_configuration_exits_with_a_message():
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvrouter.cli", "serve", "--heartbeat-ttl-s", "soon"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "heartbeat_ttl_s" in proc.stderr and "soon" in proc.stderr

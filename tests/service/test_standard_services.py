@@ -1,0 +1,53 @@
+"""What standard tools see: grpc.health.v1, server reflection and /metrics."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+
+from .helpers import prompt
+
+
+def test_health_answers_serving(router):
+    with grpc.insecure_channel(router.target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "kvrouter.v1.Router", "kvrouter.v1.KvEvents"):
+            response = health.Check(health_pb2.HealthCheckRequest(service=service))
+            assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reflection_lists_and_describes_the_services(router):
+    with grpc.insecure_channel(router.target) as channel:
+        database = ProtoReflectionDescriptorDatabase(channel)
+        services = set(database.get_services())
+        assert {
+            "kvrouter.v1.Router",
+            "kvrouter.v1.Registry",
+            "kvrouter.v1.KvEvents",
+            "grpc.health.v1.Health",
+        } <= services
+        route = database.FindFileContainingSymbol("kvrouter.v1.Router")
+        assert route.package == "kvrouter.v1"
+
+
+def test_metrics_endpoint_scrapes(router):
+    router.worker(1)
+    router.client().route(prompt(seed=1, blocks=4))
+    url = f"http://127.0.0.1:{router.server.metrics_port}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    for name in (
+        'kvrouter_decisions_total{role="decode",worker="1"} 1.0',
+        "kvrouter_routing_latency_seconds_count 1.0",
+        "kvrouter_overlap_ratio_bucket",
+        "kvrouter_index_blocks",
+        "kvrouter_registered_workers 1.0",
+        "kvrouter_event_gaps_total",
+        "kvrouter_resyncs_total",
+        "kvrouter_event_lag_seconds",
+    ):
+        assert name in text, name

@@ -1,0 +1,93 @@
+"""Heartbeats: a silent worker leaves routing and the index; when it comes
+back it registers again and resyncs its KV events."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+import pytest
+
+from kvrouter.client import Unavailable, WorkerLoad, WorkerRegistration
+from kvrouter.proto_gen import router_pb2 as pb
+from kvrouter.proto_gen import router_pb2_grpc
+
+from .helpers import BLOCK, prompt, wait_until
+
+FAST = dict(heartbeat_interval_s=0.05, heartbeat_ttl_s=0.5)
+
+
+def worker_ids(router) -> list[int]:
+    return [w.worker_id for w in router.client().list_workers()]
+
+
+def test_a_heartbeat_lapse_removes_the_worker(start_router):
+    router = start_router(**FAST)
+    with grpc.insecure_channel(router.target) as channel:
+        registry = router_pb2_grpc.RegistryStub(channel)
+        registry.Register(
+            pb.RegisterRequest(
+                worker_id=3, role=pb.ROLE_BOTH, block_size=BLOCK, capacity_blocks=100
+            )
+        )
+    router.worker(4)  # keeps heartbeating
+    assert worker_ids(router) == [3, 4]
+
+    wait_until(lambda: worker_ids(router) == [4], what="worker 3 to expire")
+    for _ in range(5):
+        assert router.client().route(prompt(seed=1, blocks=2)).decode_worker == 4
+
+
+def test_a_lapsed_worker_returns_and_resyncs(start_router):
+    router = start_router(**FAST)
+    cache: list[tuple[int | None, list[int], list[int]]] = []
+    lock = threading.Lock()
+
+    def dump_cache(sink) -> None:
+        with lock:
+            for parent, block_ids, tokens in cache:
+                sink.stored(parent, block_ids, tokens)
+
+    tokens = prompt(seed=5, blocks=4)
+    first = router.worker(1)
+    publisher = router.publisher(1, dump_cache=dump_cache)
+    with lock:
+        cache.append((None, [1, 2, 3, 4], tokens))
+    publisher.stored(None, [1, 2, 3, 4], tokens)
+    assert publisher.flush(10)
+
+    first.stop_background(deregister=False)  # the worker goes silent
+    wait_until(lambda: worker_ids(router) == [], what="worker 1 to expire")
+    assert router.on_loop(lambda: router.server.index.stats()["workers"]) == 0
+    with pytest.raises(Unavailable):
+        router.client().route(tokens)
+
+    again = WorkerRegistration(
+        router.target, role="both", capacity_blocks=10_000, worker_id=1, block_size=BLOCK
+    )
+    again.start_background()
+    try:
+        wait_until(lambda: publisher.dumps_sent >= 1, what="the resync dump")
+        wait_until(
+            lambda: router.client().list_workers()[0].index_blocks == 4,
+            what="the dump to be applied",
+        )
+        result = router.client().route(tokens, explain=True)
+        assert result.decode_worker == 1
+        assert result.explanation.decode_candidates[0].overlap == 4
+    finally:
+        again.stop_background(deregister=False)
+
+
+def test_heartbeats_carry_load_and_reregister_after_a_router_restart(start_router):
+    router = start_router(**FAST)
+    load = WorkerLoad(queued_prefill_tokens=7, active_decode_blocks=1, active_requests=1)
+    registration = router.worker(2, load=lambda: load)
+    wait_until(
+        lambda: router.client().list_workers()[0].queued_prefill_tokens == 7,
+        what="a heartbeat with load",
+    )
+    # The router forgets the worker (as after a restart without a snapshot).
+    router.on_loop(router.server.workers.remove, 2, "test")
+    wait_until(lambda: worker_ids(router) == [2], what="re-registration")
+    assert registration.registrations >= 2
