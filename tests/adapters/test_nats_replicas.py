@@ -73,7 +73,7 @@ def test_two_replicas_converge_to_the_same_index(nats_url):
             assert replica.stats["resyncs"] == 0
         await a.stop()
         await b.stop()
-        await nc.drain()
+        await nc.close()
 
     run(scenario())
 
@@ -109,6 +109,6 @@ def test_a_killed_replica_resumes_from_its_snapshot_without_losing_events(nats_u
         assert a.stats["batches"] == len(batches) - resumed_at
         await a.stop()
         assert load_snapshot(snapshot)[0] == len(batches)
-        await nc.drain()
+        await nc.close()
 
     run(scenario())

@@ -58,6 +58,8 @@ class SharedLoadRouter:
     async def start(self) -> None:
         self._subscription = await self.nc.subscribe(self.config.load_subject,
                                                      cb=self._on_message)
+        # Once the server has the subscription, no peer's decision slips past.
+        await self.nc.flush()
         self._tasks = [asyncio.create_task(self._send()), asyncio.create_task(self._announce())]
 
     async def stop(self) -> None:

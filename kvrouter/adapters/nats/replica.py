@@ -53,6 +53,7 @@ class IndexReplica:
         # batches, duplicates, resyncs, malformed, snapshots
         self.stats: Counter[str] = Counter()
         self._task: asyncio.Task | None = None
+        self._stopping = False
         self._last_snapshot = time.monotonic()
 
     async def start(self) -> None:
@@ -69,8 +70,11 @@ class IndexReplica:
 
     async def stop(self, snapshot: bool = True) -> None:
         if self._task is not None:
+            # nats-py may turn the cancellation of a pending fetch into a
+            # timeout, which the loop would take for a quiet stream.
+            self._stopping = True
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
                 await self._task
             self._task = None
         if snapshot:
@@ -98,11 +102,16 @@ class IndexReplica:
                                             stream=self.config.stream, config=consumer)
 
     async def _consume(self, subscription) -> None:
-        while True:
+        while not self._stopping:
             try:
                 messages = await subscription.fetch(self.fetch_batch, timeout=0.5)
             except nats.errors.TimeoutError:
                 messages = []
+            except nats.errors.Error as exc:
+                # The client reconnects by itself; the consumer stays durable.
+                log.warning("replica %s: fetching from the stream failed: %s", self.name, exc)
+                await asyncio.sleep(0.5)
+                continue
             for message in messages:
                 self._apply(message.data, message.metadata.sequence.stream)
             if messages:

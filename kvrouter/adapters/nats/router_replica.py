@@ -54,7 +54,8 @@ class RouterReplica:
         if self.events is not None:
             await self.events.stop(snapshot=snapshot)
         if self.nc is not None:
-            await self.nc.drain()
+            await self.nc.flush()
+            await self.nc.close()
 
     async def __aenter__(self) -> RouterReplica:
         await self.start()

@@ -1,0 +1,100 @@
+"""Replicas share their routing decisions over a real nats-server, so load
+spreads through two replicas as it does through one router."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from kvrouter import PrefixIndex
+from kvrouter.adapters.nats import NatsConfig, RouterReplica
+from kvrouter.policy import Router
+
+from .conftest import until
+
+pytest.importorskip("nats", reason="the adapters extra (nats-py) is not installed")
+
+WORKERS = [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def prompt(i: int) -> list[int]:
+    return [(i * 1009 + t) % 50_000 for t in range(256)]
+
+
+def spread(counts: Counter) -> int:
+    return max(counts[w] for w in WORKERS) - min(counts[w] for w in WORKERS)
+
+
+def register(router) -> None:
+    for worker in WORKERS:
+        router.upsert_worker(worker, "both", 10_000)
+
+
+async def replicas(url: str):
+    config = NatsConfig(servers=(url,))
+    pair = [RouterReplica(config, "a"), RouterReplica(config, "b")]
+    for replica in pair:
+        await replica.start()
+        register(replica.router)
+    return pair
+
+
+def test_alternating_replicas_spread_like_one_router(nats_url):
+    async def scenario():
+        a, b = await replicas(nats_url)
+        single = Router(PrefixIndex(16))
+        register(single)
+        shared, alone = Counter(), Counter()
+        for i in range(32):
+            replica, other = (a, b) if i % 2 == 0 else (b, a)
+            shared[replica.router.route(f"r{i}", prompt(i)).decode_worker] += 1
+            await until(lambda i=i, r=replica, o=other: o.router.knows(r.name, f"r{i}"),
+                        f"r{i} to reach the other replica")
+            alone[single.route(f"r{i}", prompt(i)).decode_worker] += 1
+            assert spread(shared) == spread(alone) <= 1
+        for i in range(32):
+            (a if i % 2 == 0 else b).router.finished(f"r{i}")
+        for replica, other in ((a, b), (b, a)):
+            await until(lambda r=replica, o=other: not o.router.books.get(r.name),
+                        "finished requests to reach the other replica")
+        for replica in (a, b):
+            await replica.stop()
+
+    run(scenario())
+
+
+def test_without_sharing_the_same_traffic_piles_up():
+    """The control for the test above: two routers that do not share."""
+    a, b = Router(PrefixIndex(16)), Router(PrefixIndex(16))
+    register(a)
+    register(b)
+    counts = Counter(
+        (a if i % 2 == 0 else b).route(f"r{i}", prompt(i)).decode_worker for i in range(8))
+    assert spread(counts) >= 2
+
+
+def test_concurrent_routing_through_both_replicas_spreads_the_load(nats_url):
+    async def scenario():
+        a, b = await replicas(nats_url)
+        chosen: dict[str, int] = {}
+
+        async def client(replica, ids):
+            for i in ids:
+                chosen[f"r{i}"] = replica.router.route(f"r{i}", prompt(i)).decode_worker
+                await replica.nc.flush()
+
+        await asyncio.gather(client(a, range(0, 64, 2)), client(b, range(1, 64, 2)))
+        for replica, other in ((a, b), (b, a)):
+            await until(lambda r=replica, o=other: len(o.router.books.get(r.name, {})) == 32,
+                        "every booking to reach the other replica")
+        assert spread(Counter(chosen.values())) <= 2
+        for replica in (a, b):
+            await replica.stop()
+
+    run(scenario())
