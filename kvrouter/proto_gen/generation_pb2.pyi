@@ -52,15 +52,57 @@ class GenerateRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., tokens_u32le: _Optional[bytes] = ..., namespace: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("request_id", "token_ids", "finish_reason", "prefill_worker", "decode_worker")
+    __slots__ = ("request_id", "token_ids", "finish_reason", "prefill_worker", "decode_worker", "handoff", "stats")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     PREFILL_WORKER_FIELD_NUMBER: _ClassVar[int]
     DECODE_WORKER_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     finish_reason: FinishReason
     prefill_worker: int
     decode_worker: int
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., prefill_worker: _Optional[int] = ..., decode_worker: _Optional[int] = ...) -> None: ...
+    handoff: HandoffStats
+    stats: RequestStats
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., prefill_worker: _Optional[int] = ..., decode_worker: _Optional[int] = ..., handoff: _Optional[_Union[HandoffStats, _Mapping]] = ..., stats: _Optional[_Union[RequestStats, _Mapping]] = ...) -> None: ...
+
+class HandoffStats(_message.Message):
+    __slots__ = ("blocks_reused", "blocks_transferred", "bytes_transferred", "transfer_ms")
+    BLOCKS_REUSED_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_TRANSFERRED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TRANSFERRED_FIELD_NUMBER: _ClassVar[int]
+    TRANSFER_MS_FIELD_NUMBER: _ClassVar[int]
+    blocks_reused: int
+    blocks_transferred: int
+    bytes_transferred: int
+    transfer_ms: float
+    def __init__(self, blocks_reused: _Optional[int] = ..., blocks_transferred: _Optional[int] = ..., bytes_transferred: _Optional[int] = ..., transfer_ms: _Optional[float] = ...) -> None: ...
+
+class RequestStats(_message.Message):
+    __slots__ = ("prompt_tokens", "cached_tokens", "output_tokens", "queue_ms", "prefill_ms", "ttft_ms", "mean_itl_ms", "max_itl_ms", "disaggregated", "handoff", "retries")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_MS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_MS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_MS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_ITL_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ITL_MS_FIELD_NUMBER: _ClassVar[int]
+    DISAGGREGATED_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    queue_ms: float
+    prefill_ms: float
+    ttft_ms: float
+    mean_itl_ms: float
+    max_itl_ms: float
+    disaggregated: bool
+    handoff: HandoffStats
+    retries: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., mean_itl_ms: _Optional[float] = ..., max_itl_ms: _Optional[float] = ..., disaggregated: _Optional[bool] = ..., handoff: _Optional[_Union[HandoffStats, _Mapping]] = ..., retries: _Optional[int] = ...) -> None: ...

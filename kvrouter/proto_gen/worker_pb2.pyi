@@ -55,10 +55,14 @@ class HandoffDescriptor(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., prefill_worker: _Optional[int] = ..., prefill_address: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., seq_hashes: _Optional[_Iterable[int]] = ..., num_tokens: _Optional[int] = ..., first_token: _Optional[int] = ..., layout: _Optional[_Union[KvLayout, _Mapping]] = ..., lease_ms: _Optional[int] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
-    __slots__ = ("handoff",)
+    __slots__ = ("handoff", "finish_reason", "stats")
     HANDOFF_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
     handoff: HandoffDescriptor
-    def __init__(self, handoff: _Optional[_Union[HandoffDescriptor, _Mapping]] = ...) -> None: ...
+    finish_reason: _generation_pb2.FinishReason
+    stats: _generation_pb2.RequestStats
+    def __init__(self, handoff: _Optional[_Union[HandoffDescriptor, _Mapping]] = ..., finish_reason: _Optional[_Union[_generation_pb2.FinishReason, str]] = ..., stats: _Optional[_Union[_generation_pb2.RequestStats, _Mapping]] = ...) -> None: ...
 
 class DecodeRequest(_message.Message):
     __slots__ = ("request", "handoff")
@@ -99,3 +103,29 @@ class ReleaseRequest(_message.Message):
 class ReleaseResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("worker_id", "role", "running_requests", "waiting_requests", "leases", "leased_blocks", "blocks_in_use", "total_blocks", "cached_blocks")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    LEASED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_IN_USE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    role: str
+    running_requests: int
+    waiting_requests: int
+    leases: int
+    leased_blocks: int
+    blocks_in_use: int
+    total_blocks: int
+    cached_blocks: int
+    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., leases: _Optional[int] = ..., leased_blocks: _Optional[int] = ..., blocks_in_use: _Optional[int] = ..., total_blocks: _Optional[int] = ..., cached_blocks: _Optional[int] = ...) -> None: ...

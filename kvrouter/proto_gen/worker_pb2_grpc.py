@@ -61,6 +61,11 @@ class WorkerStub:
                 request_serializer=worker__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=worker__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
+        self.Status = channel.unary_unary(
+                '/kvrouter.v1.Worker/Status',
+                request_serializer=worker__pb2.StatusRequest.SerializeToString,
+                response_deserializer=worker__pb2.StatusResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServicer:
@@ -101,6 +106,13 @@ class WorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Status(self, request, context):
+        """Requests in flight, pinned hand-offs and cache occupancy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +140,11 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=worker__pb2.ReleaseRequest.FromString,
                     response_serializer=worker__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'Status': grpc.unary_unary_rpc_method_handler(
+                    servicer.Status,
+                    request_deserializer=worker__pb2.StatusRequest.FromString,
+                    response_serializer=worker__pb2.StatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -265,6 +282,33 @@ class Worker:
             '/kvrouter.v1.Worker/Release',
             worker__pb2.ReleaseRequest.SerializeToString,
             worker__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Status(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kvrouter.v1.Worker/Status',
+            worker__pb2.StatusRequest.SerializeToString,
+            worker__pb2.StatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,74 @@
+"""`kvrouter worker`: run an inference worker (engine + Worker gRPC service)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "run an inference worker: the engine behind the Worker gRPC service, joined to a router"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="checkpoint directory (config.json + safetensors)")
+    parser.add_argument(
+        "--tiny-model",
+        metavar="DIR",
+        help="write a tiny random-weight Llama checkpoint to DIR (if absent) and serve it",
+    )
+    parser.add_argument("--router", default="", help="router address (host:port); empty: none")
+    parser.add_argument("--role", default="both", choices=("prefill", "decode", "both"))
+    parser.add_argument("--listen", default="127.0.0.1:0", help="host:port; port 0 picks one")
+    parser.add_argument("--advertise", default="", help="address peers dial (default: bound)")
+    parser.add_argument("--worker-id", type=int, default=None)
+    parser.add_argument("--namespace", default="", help="hashing namespace (the model name)")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--num-kv-blocks", type=int, default=1024)
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--attention-backend", default="auto", choices=("auto", "torch", "triton"))
+    parser.add_argument("--lease-ms", type=int, default=30_000, help="hand-off pin TTL")
+    parser.add_argument("--torch-threads", type=int, default=1, help="0: torch's default")
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--log-format", default="json", choices=("json", "text"))
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kvrouter.worker import WorkerConfig, run
+
+    model = args.model
+    if args.tiny_model:
+        from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint
+
+        model = args.tiny_model
+        if not (Path(model) / "config.json").exists():
+            write_tiny_checkpoint(model)
+    if not model:
+        print("kvrouter worker: pass --model or --tiny-model", file=sys.stderr)
+        return 2
+    config = WorkerConfig(
+        model=model,
+        router=args.router,
+        role=args.role,
+        listen=args.listen,
+        advertise=args.advertise,
+        worker_id=args.worker_id,
+        namespace=args.namespace,
+        block_size=args.block_size,
+        num_kv_blocks=args.num_kv_blocks,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        device=args.device,
+        attention_backend=args.attention_backend,
+        lease_ms=args.lease_ms,
+        torch_threads=args.torch_threads,
+    )
+    try:
+        config.validate()
+    except ValueError as e:
+        print(f"kvrouter worker: {e}", file=sys.stderr)
+        return 2
+    run(config, args.log_level, args.log_format)
+    return 0

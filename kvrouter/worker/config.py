@@ -1,0 +1,44 @@
+"""Worker settings: where to listen, which router to join, the model and
+the engine's cache, and how long a prefilled hand-off stays pinned."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ROLES = ("prefill", "decode", "both")
+
+
+@dataclass
+class WorkerConfig:
+    model: str
+    # The router's gRPC address; empty runs the worker stand-alone.
+    router: str = ""
+    role: str = "both"
+    # The Worker service's address; port 0 picks a free port.
+    listen: str = "127.0.0.1:0"
+    # The address peers and the router dial; defaults to the bound listen address.
+    advertise: str = ""
+    worker_id: int | None = None
+    namespace: str = ""
+    block_size: int = 16
+    num_kv_blocks: int = 1024
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    device: str = "cpu"
+    attention_backend: str = "auto"
+    # A prefilled hand-off's blocks are released after this long without a Release.
+    lease_ms: int = 30_000
+    # Upper bound on one FetchBlocks chunk.
+    max_chunk_bytes: int = 1 << 20
+    # Torch CPU threads per worker; 0 keeps torch's default.
+    torch_threads: int = 1
+
+    def validate(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
+        if self.lease_ms <= 0:
+            raise ValueError("lease_ms must be positive")
+        if self.max_chunk_bytes < 1024:
+            raise ValueError("max_chunk_bytes must be at least 1024")
+        if self.torch_threads < 0:
+            raise ValueError("torch_threads must be >= 0")

@@ -1,0 +1,174 @@
+"""The worker process: loads the engine, serves the Worker service, joins
+the router (registration, heartbeats with load) and publishes KV events.
+
+Start-up order: the engine and the gRPC server come up first, so the worker
+can serve as soon as the router knows it; events emitted before the
+publisher exists are held by the sink and replayed to it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+import grpc
+import torch
+import uvloop
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from kvrouter.client import KvEventPublisher, WorkerLoad, WorkerRegistration
+from kvrouter.client.router import CHANNEL_OPTIONS
+from kvrouter.client.worker_channels import WorkerChannels
+from kvrouter.engine import EngineConfig, LLMEngine
+from kvrouter.proto_gen import worker_pb2, worker_pb2_grpc
+from kvrouter.service import logs
+from kvrouter.worker.config import WorkerConfig
+from kvrouter.worker.engine_loop import EngineLoop
+from kvrouter.worker.events import MirroredEventSink
+from kvrouter.worker.leases import LeaseTable
+from kvrouter.worker.service import Identity, WorkerService
+from kvrouter.worker.transfer import GrpcKvTransfer, KvTransfer
+
+log = logging.getLogger("kvrouter.worker.server")
+
+SERVICE_NAME = worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name
+
+
+class WorkerServer:
+    """One worker. `await start()`, then `await stop()`."""
+
+    def __init__(self, config: WorkerConfig, transfer: KvTransfer | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.sink = MirroredEventSink(config.block_size)
+        self.channels = WorkerChannels()
+        self.transfer = transfer or GrpcKvTransfer(self.channels, config.max_chunk_bytes)
+        self.identity = Identity(config.worker_id or 0, "", config.role)
+        self.engine_loop: EngineLoop | None = None
+        self.registration: WorkerRegistration | None = None
+        self.publisher: KvEventPublisher | None = None
+        self._server: grpc.aio.Server | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    def _engine(self) -> LLMEngine:
+        c = self.config
+        if c.torch_threads:
+            torch.set_num_threads(c.torch_threads)
+        return LLMEngine(
+            EngineConfig(
+                model=c.model,
+                block_size=c.block_size,
+                num_kv_blocks=c.num_kv_blocks,
+                max_num_seqs=c.max_num_seqs,
+                max_num_batched_tokens=c.max_num_batched_tokens,
+                attention_backend=c.attention_backend,
+                device=c.device,
+                namespace=c.namespace,
+            ),
+            event_sink=self.sink,
+        )
+
+    async def start(self) -> None:
+        c = self.config
+        self.engine_loop = EngineLoop(self._engine(), asyncio.get_running_loop())
+        self.engine_loop.start()
+        leases = LeaseTable(self.engine_loop, c.lease_ms / 1000.0)
+        service = WorkerService(self.engine_loop, leases, self.transfer, c, self.identity)
+        server = grpc.aio.server(options=CHANNEL_OPTIONS)
+        worker_pb2_grpc.add_WorkerServicer_to_server(service, server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        port = server.add_insecure_port(c.listen)
+        if port == 0:
+            raise OSError(f"cannot listen on {c.listen}")
+        await server.start()
+        self._server = server
+        self.identity.address = c.advertise or f"{c.listen.rsplit(':', 1)[0]}:{port}"
+        self._tasks.append(asyncio.create_task(leases.expire_forever()))
+        if c.router:
+            await self._join(c)
+        for name in ("", SERVICE_NAME):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "worker serving",
+            extra={
+                "fields": {
+                    "worker_id": self.identity.worker_id,
+                    "role": c.role,
+                    "address": self.identity.address,
+                    "pid": os.getpid(),
+                }
+            },
+        )
+
+    async def _join(self, c: WorkerConfig) -> None:
+        self.registration = WorkerRegistration(
+            c.router,
+            role=c.role,
+            capacity_blocks=c.num_kv_blocks,
+            address=self.identity.address,
+            block_size=c.block_size,
+            worker_id=c.worker_id,
+            metadata={"namespace": c.namespace, "model": os.path.basename(str(c.model))},
+            load=self._load,
+        )
+        registration = await self.registration.start()
+        self.identity.worker_id = registration.worker_id
+        self.publisher = KvEventPublisher(
+            c.router,
+            registration.worker_id,
+            block_size=c.block_size,
+            namespace=c.namespace,
+            dump_cache=self.sink.dump,
+        )
+        await asyncio.to_thread(self.publisher.start)
+        self.sink.attach(self.publisher)
+
+    def _load(self) -> WorkerLoad:
+        load = self.engine_loop.load
+        return WorkerLoad(
+            queued_prefill_tokens=load.waiting_prefill_tokens + load.running_prefill_tokens,
+            active_decode_blocks=load.decode_blocks,
+            active_requests=load.num_waiting + load.num_running,
+        )
+
+    @property
+    def address(self) -> str:
+        return self.identity.address
+
+    @property
+    def worker_id(self) -> int:
+        return self.identity.worker_id
+
+    async def stop(self, grace: float = 1.0) -> None:
+        """Leaves the router, lets calls in flight finish for `grace` seconds, stops."""
+        if self.registration is not None:
+            await self.registration.stop(deregister=True)
+        for task in self._tasks:
+            task.cancel()
+        if self._server is not None:
+            await self._server.stop(grace)
+        if self.publisher is not None:
+            await asyncio.to_thread(self.publisher.close, 2.0)
+        if self.engine_loop is not None:
+            await asyncio.to_thread(self.engine_loop.stop)
+        await self.channels.close()
+        log.info("worker stopped", extra={"fields": {"worker_id": self.identity.worker_id}})
+
+
+async def serve(config: WorkerConfig) -> None:
+    """Runs a worker until SIGTERM or SIGINT."""
+    server = WorkerServer(config)
+    await server.start()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await stopping.wait()
+    await server.stop()
+
+
+def run(config: WorkerConfig, log_level: str = "info", log_format: str = "json") -> None:
+    logs.configure(log_level, log_format)
+    uvloop.run(serve(config))
