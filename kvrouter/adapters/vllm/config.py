@@ -7,6 +7,7 @@ endpoint = "tcp://10.0.0.5:5557"           # the engine's KV event PUB socket
 replay_endpoint = "tcp://10.0.0.5:5558"    # its ROUTER replay socket (optional)
 data_parallel_size = 2                     # DP rank r publishes on port + r
 role = "both"                              # prefill | decode | both
+address = "http://10.0.0.5:8000"           # what clients are told to call
 capacity_blocks = 40000
 namespace = "llama-3-8b"                   # hashing namespace of its blocks
 ```
@@ -33,6 +34,9 @@ class EngineConfig:
     data_parallel_size: int = 1
     worker_ids: tuple[int, ...] = ()
     role: str = "both"
+    # Where clients send the engine's requests (its OpenAI server), as the
+    # router reports it with each decision.
+    address: str = ""
     # The engine's KV capacity; only used to exclude prompts that cannot fit.
     capacity_blocks: int = 1_000_000
     namespace: str = ""

@@ -1,0 +1,116 @@
+"""A sidecar that puts vLLM/SGLang engines behind the kvrouter service.
+
+It runs next to the engines, subscribes to their ZMQ sockets on loopback,
+registers each DP rank with the router as a worker (with heartbeats) and
+forwards the events over the router's KvEvents stream. The engines need no
+change and the router no ZMQ access to them:
+
+    python -m kvrouter.adapters.vllm.sidecar --router 10.0.0.1:50051 engines.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+
+from kvrouter.adapters.events import RemovedBlocks, StoredBlocks, WorkerBatch
+from kvrouter.adapters.vllm.config import EngineConfig, load_engines
+from kvrouter.adapters.vllm.subscriber import EngineSubscriber
+from kvrouter.client import KvEventPublisher, WorkerRegistration
+
+
+class PublisherSink:
+    """An `EventSink` that forwards each worker's batches to its
+    `KvEventPublisher`. A resync becomes a `cleared` first: the router then
+    forgets what it knew of the worker, as the index would on a resync."""
+
+    def __init__(self, publishers: dict[int, KvEventPublisher]) -> None:
+        self.publishers = publishers
+        self._next: dict[int, int] = {}
+
+    async def next_seq(self, worker_id: int) -> int:
+        return self._next.get(worker_id, 0)
+
+    async def deliver(self, batch: WorkerBatch) -> None:
+        publisher = self.publishers[batch.worker_id]
+        if batch.resync:
+            publisher.cleared()
+        for event in batch.events:
+            if isinstance(event, StoredBlocks):
+                publisher.stored(event.parent, event.block_ids, event.token_ids, event.tier,
+                                 event.namespace)
+            elif isinstance(event, RemovedBlocks):
+                publisher.removed(event.block_ids, event.tier)
+            else:
+                publisher.cleared()
+        self._next[batch.worker_id] = batch.seq + 1
+
+
+class VllmSidecar:
+    """`async with VllmSidecar("router:50051", engines):`"""
+
+    def __init__(self, router: str, engines: list[EngineConfig], *, block_size: int = 16) -> None:
+        self.router = router
+        self.engines = engines
+        self.block_size = block_size
+        self.registrations: list[WorkerRegistration] = []
+        self.publishers: dict[int, KvEventPublisher] = {}
+        self.subscriber: EngineSubscriber | None = None
+
+    async def start(self) -> None:
+        for engine in self.engines:
+            for stream in engine.streams:
+                registration = WorkerRegistration(
+                    self.router, role=engine.role, capacity_blocks=engine.capacity_blocks,
+                    address=engine.address, block_size=self.block_size,
+                    worker_id=stream.worker_id,
+                    metadata={"engine": engine.name, "dp_rank": str(stream.dp_rank)})
+                await registration.start()
+                self.registrations.append(registration)
+                self.publishers[stream.worker_id] = KvEventPublisher(
+                    self.router, stream.worker_id, block_size=self.block_size).start()
+        self.subscriber = EngineSubscriber(self.engines, PublisherSink(self.publishers),
+                                           block_size=self.block_size)
+        await self.subscriber.start()
+
+    async def stop(self) -> None:
+        if self.subscriber is not None:
+            await self.subscriber.stop()
+        for publisher in self.publishers.values():
+            await asyncio.to_thread(publisher.close)
+        for registration in self.registrations:
+            await registration.stop()
+
+    async def __aenter__(self) -> VllmSidecar:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+
+async def _serve(router: str, engines: list[EngineConfig], block_size: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    async with VllmSidecar(router, engines, block_size=block_size):
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("engines", help="engine config (.toml or .json)")
+    parser.add_argument("--router", required=True, help="the router's gRPC address")
+    parser.add_argument("--block-size", type=int, default=16)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+    asyncio.run(_serve(args.router, load_engines(args.engines), args.block_size))
+
+
+if __name__ == "__main__":
+    main()
