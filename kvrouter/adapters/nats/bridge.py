@@ -1,0 +1,87 @@
+"""Publishes vLLM/SGLang engines' KV events to the JetStream stream, for
+router replicas to consume:
+
+    python -m kvrouter.adapters.nats.bridge --nats nats://10.0.0.1:4222 engines.toml
+
+Run one bridge per engine (next to it, or one for a group of engines): the
+stream carries each worker's batches in the order one bridge published them.
+A restarted bridge continues each worker's numbering from the stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+
+import nats
+
+from kvrouter.adapters.nats.config import NatsConfig
+from kvrouter.adapters.nats.publisher import JetStreamSink
+from kvrouter.adapters.nats.stream import ensure_stream
+from kvrouter.adapters.vllm.config import EngineConfig, load_engines
+from kvrouter.adapters.vllm.subscriber import EngineSubscriber
+
+
+class EngineBridge:
+    """`async with EngineBridge(config, engines) as bridge:`"""
+
+    def __init__(self, config: NatsConfig, engines: list[EngineConfig], *,
+                 block_size: int = 16) -> None:
+        self.config = config
+        self.engines = engines
+        self.block_size = block_size
+        self.nc = None
+        self.subscriber: EngineSubscriber | None = None
+
+    async def start(self) -> None:
+        self.nc = await nats.connect(servers=list(self.config.servers), name="kvrouter-bridge")
+        js = self.nc.jetstream()
+        await ensure_stream(js, self.config)
+        self.subscriber = EngineSubscriber(self.engines, JetStreamSink(js, self.config),
+                                           block_size=self.block_size)
+        await self.subscriber.start()
+
+    async def stop(self) -> None:
+        if self.subscriber is not None:
+            await self.subscriber.stop()
+        if self.nc is not None:
+            await self.nc.flush()
+            await self.nc.close()
+
+    async def __aenter__(self) -> EngineBridge:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+
+async def _serve(config: NatsConfig, engines: list[EngineConfig], block_size: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    async with EngineBridge(config, engines, block_size=block_size):
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("engines", help="engine config (.toml or .json)")
+    parser.add_argument("--nats", action="append", required=True, help="NATS server URL")
+    parser.add_argument("--stream", default=NatsConfig.stream)
+    parser.add_argument("--subject-prefix", default=NatsConfig.subject_prefix)
+    parser.add_argument("--block-size", type=int, default=16)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+    config = NatsConfig(servers=tuple(args.nats), stream=args.stream,
+                        subject_prefix=args.subject_prefix)
+    asyncio.run(_serve(config, load_engines(args.engines), args.block_size))
+
+
+if __name__ == "__main__":
+    main()
