@@ -21,6 +21,7 @@ from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.convert import check_namespace, chosen, prompt_tokens, route_response
+from kvrouter.service.decision_log import DecisionLog
 from kvrouter.service.errors import ServiceError, invalid, not_found
 from kvrouter.service.metrics import ServiceMetrics
 from kvrouter.service.workers import WorkerTable
@@ -40,7 +41,8 @@ class RouterService(router_pb2_grpc.RouterServicer):
         self.config = config
         self._ids = itertools.count()
         self._id_prefix = os.urandom(4).hex()
-        self._log_decisions = config.log_decisions
+        self._stats = metrics.routing
+        self.decision_log = DecisionLog(config.log_decisions)
         self._streams: set[asyncio.Task] = set()
 
     def decide(self, request: pb.RouteRequest) -> pb.RouteResponse:
@@ -64,7 +66,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
                     grpc.StatusCode.INTERNAL, "routing failed; see the router log"
                 ) from None
         except ServiceError as e:
-            self.metrics.route_errors.labels(code=e.code.name).inc()
+            self._stats.errors[e.code.name] += 1
             log.info(
                 "route refused",
                 extra={
@@ -82,29 +84,25 @@ class RouterService(router_pb2_grpc.RouterServicer):
         return response
 
     def _record(self, decision, elapsed: float) -> None:
-        self.metrics.routing_latency.observe(elapsed)
-        self.metrics.count_decision(decision.decode_worker, "decode")
+        stats = self._stats
+        stats.latency.observe(elapsed)
+        stats.decisions[(decision.decode_worker, "decode")] += 1
         if decision.prefill_worker is not None:
-            self.metrics.count_decision(decision.prefill_worker, "prefill")
+            stats.decisions[(decision.prefill_worker, "prefill")] += 1
         winner = chosen(decision.explanation.decode_candidates, decision.decode_worker)
         overlap = winner.overlap if winner else 0
         if decision.num_blocks:
-            self.metrics.overlap_ratio.observe(overlap / decision.num_blocks)
-        if self._log_decisions and log.isEnabledFor(logging.INFO):
-            log.info(
-                "routed",
-                extra={
-                    "fields": {
-                        "request_id": decision.request_id,
-                        "decode_worker": decision.decode_worker,
-                        "prefill_worker": decision.prefill_worker,
-                        "blocks": decision.num_blocks,
-                        "overlap": overlap,
-                        "ttft_ms": round(decision.predicted_ttft_ms, 3),
-                        "reason": decision.explanation.reason,
-                        "us": round(elapsed * 1e6, 1),
-                    }
-                },
+            stats.overlap.observe(overlap / decision.num_blocks)
+        if self.decision_log.enabled:
+            self.decision_log.record(
+                decision.request_id,
+                decision.decode_worker,
+                decision.prefill_worker,
+                decision.num_blocks,
+                overlap,
+                round(decision.predicted_ttft_ms, 3),
+                decision.explanation.reason,
+                round(elapsed * 1e6, 1),
             )
 
     async def Route(self, request, context):

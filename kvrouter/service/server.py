@@ -116,6 +116,8 @@ class RouterServer:
         if self.config.metrics_listen:
             self._metrics_http, self.metrics_port = self.metrics.serve(self.config.metrics_listen)
         self._tasks.append(asyncio.create_task(self._expire_loop()))
+        if self.routing.decision_log.enabled:
+            self._tasks.append(asyncio.create_task(self.routing.decision_log.run()))
         if self.index.stats()["workers"]:
             self._tasks.append(asyncio.create_task(self._forget_unclaimed()))
         log.info(
@@ -157,6 +159,7 @@ class RouterServer:
         self.events.close_all("the router is shutting down")
         self.routing.close_streams()
         await self._server.stop(grace)
+        self.routing.decision_log.flush()
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
             self._metrics_http.server_close()
