@@ -59,8 +59,10 @@ IN_FLIGHT = 64
 PROMPTS_PER_SIZE = 64
 ROUNDS = 4
 RESULTS = Path(__file__).resolve().parent / "results" / "service_bench.json"
-OPTIONS = [("grpc.max_receive_message_length", 64 << 20),
-           ("grpc.max_send_message_length", 64 << 20)]
+OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+]
 ROUTE_UNARY = "/kvrouter.v1.Router/Route"
 ROUTE_STREAM = "/kvrouter.v1.Router/RouteStream"
 ECHO_UNARY = "/bench.Echo/Unary"
@@ -81,10 +83,17 @@ async def echo_server() -> None:
             yield request
 
     server = grpc.aio.server(options=OPTIONS)
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bench.Echo", {
-        "Unary": grpc.unary_unary_rpc_method_handler(unary),
-        "Stream": grpc.stream_stream_rpc_method_handler(stream),
-    })])
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                "bench.Echo",
+                {
+                    "Unary": grpc.unary_unary_rpc_method_handler(unary),
+                    "Stream": grpc.stream_stream_rpc_method_handler(stream),
+                },
+            )
+        ]
+    )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     print(port, flush=True)
@@ -92,16 +101,27 @@ async def echo_server() -> None:
 
 
 def start_echo() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, __file__, "--echo-server"], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--echo-server"], stdout=subprocess.PIPE, text=True
+    )
     return proc, f"127.0.0.1:{int(proc.stdout.readline())}"
 
 
 def start_router(log_path: Path) -> tuple[subprocess.Popen, str, int]:
     log = open(log_path, "w")  # noqa: SIM115 - the child process writes it
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvrouter.cli", "serve", "--listen", "127.0.0.1:0",
-         "--metrics-listen", "127.0.0.1:0", "--heartbeat-ttl-s", "3600"],
+        [
+            sys.executable,
+            "-m",
+            "kvrouter.cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--heartbeat-ttl-s",
+            "3600",
+        ],
         stderr=log,
     )
     deadline = time.monotonic() + 60
@@ -138,12 +158,19 @@ async def preload(target: str, docs) -> None:
         registry = router_pb2_grpc.RegistryStub(channel)
         events = router_pb2_grpc.KvEventsStub(channel)
         for w in range(WORKERS):
-            await registry.Register(pb.RegisterRequest(
-                worker_id=w, role=pb.ROLE_BOTH, address=f"worker-{w}:7000", block_size=BLOCK,
-                capacity_blocks=1 << 22))
+            await registry.Register(
+                pb.RegisterRequest(
+                    worker_id=w,
+                    role=pb.ROLE_BOTH,
+                    address=f"worker-{w}:7000",
+                    block_size=BLOCK,
+                    capacity_blocks=1 << 22,
+                )
+            )
             call = events.Publish()
-            await call.write(pb.PublishRequest(hello=pb.PublishHello(
-                worker_id=w, next_seq=0, block_size=BLOCK)))
+            await call.write(
+                pb.PublishRequest(hello=pb.PublishHello(worker_id=w, next_seq=0, block_size=BLOCK))
+            )
             await call.read()
             next_id = 1
             for seq, size in enumerate(SIZES):
@@ -151,8 +178,11 @@ async def preload(target: str, docs) -> None:
                 n = len(doc) // BLOCK
                 stored = pb.StoredEvent(block_ids=range(next_id, next_id + n), token_ids=doc)
                 next_id += n
-                await call.write(pb.PublishRequest(batch=pb.EventBatch(
-                    seq=seq, events=[pb.KvEvent(stored=stored)])))
+                await call.write(
+                    pb.PublishRequest(
+                        batch=pb.EventBatch(seq=seq, events=[pb.KvEvent(stored=stored)])
+                    )
+                )
                 reply = await call.read()
                 assert reply.ack.next_seq == seq + 1, reply
             await call.done_writing()
@@ -162,12 +192,19 @@ async def preload(target: str, docs) -> None:
 def summary(latencies: list[float], elapsed: float) -> dict:
     ordered = sorted(latencies)
     pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3  # noqa: E731
-    return {"requests": len(ordered), "seconds": elapsed, "per_s": len(ordered) / elapsed,
-            "p50_ms": pick(0.50), "p99_ms": pick(0.99), "latencies": latencies}
+    return {
+        "requests": len(ordered),
+        "seconds": elapsed,
+        "per_s": len(ordered) / elapsed,
+        "p50_ms": pick(0.50),
+        "p99_ms": pick(0.99),
+        "latencies": latencies,
+    }
 
 
-async def unary_load(channel, method: str, bodies: list[bytes], rate: float | None,
-                     seconds: float) -> dict:
+async def unary_load(
+    channel, method: str, bodies: list[bytes], rate: float | None, seconds: float
+) -> dict:
     """Closed loop with IN_FLIGHT callers, or open loop at `rate` per second."""
     call = channel.unary_unary(method)
     latencies: list[float] = []
@@ -199,8 +236,9 @@ async def unary_load(channel, method: str, bodies: list[bytes], rate: float | No
     return summary(latencies, time.perf_counter() - start)
 
 
-async def stream_load(channel, method: str, bodies: list[bytes], rate: float | None,
-                      seconds: float) -> dict:
+async def stream_load(
+    channel, method: str, bodies: list[bytes], rate: float | None, seconds: float
+) -> dict:
     """One bidirectional stream: up to IN_FLIGHT messages outstanding, or paced."""
     call = channel.stream_stream(method)()
     sent: deque[float] = deque()
@@ -281,23 +319,29 @@ async def interleaved(cells, seconds: float) -> list[dict]:
     return merged
 
 
-async def measure(router: str, metrics_port: int, echo: str, pids: tuple[int, int], sizes,
-                  seconds: float) -> list[dict]:
+async def measure(
+    router: str, metrics_port: int, echo: str, pids: tuple[int, int], sizes, seconds: float
+) -> list[dict]:
     rng = random.Random(0)
     docs = documents(rng)
     await preload(router, docs)
     rows = []
-    async with grpc.aio.insecure_channel(router, options=OPTIONS) as rch, \
-            grpc.aio.insecure_channel(echo, options=OPTIONS) as ech:
+    async with (
+        grpc.aio.insecure_channel(router, options=OPTIONS) as rch,
+        grpc.aio.insecure_channel(echo, options=OPTIONS) as ech,
+    ):
         for size in sizes:
             bodies = payloads(rng, docs, size)
             for mode, load, r_method, e_method in (
                 ("unary", unary_load, ROUTE_UNARY, ECHO_UNARY),
                 ("stream", stream_load, ROUTE_STREAM, ECHO_STREAM),
             ):
+
                 def pair(rate, load=load, r_method=r_method, e_method=e_method, bodies=bodies):
-                    return [(pids[0], partial(load, rch, r_method, bodies, rate)),
-                            (pids[1], partial(load, ech, e_method, bodies, rate))]
+                    return [
+                        (pids[0], partial(load, rch, r_method, bodies, rate)),
+                        (pids[1], partial(load, ech, e_method, bodies, rate)),
+                    ]
 
                 await interleaved(pair(None), 0.4)  # warm-up
                 r_max, e_max = await interleaved(pair(None), seconds)
@@ -305,43 +349,61 @@ async def measure(router: str, metrics_port: int, echo: str, pids: tuple[int, in
                 before = latency_buckets(metrics_port)
                 r_half, e_half = await interleaved(pair(half), seconds)
                 after = latency_buckets(metrics_port)
-                row = {"tokens": size, "mode": mode, "router_max": r_max, "echo_max": e_max,
-                       "half_rate_per_s": half, "router_half": r_half, "echo_half": e_half,
-                       "throughput_share": r_max["per_s"] / e_max["per_s"],
-                       "added_p99_ms_at_half": r_half["p99_ms"] - e_half["p99_ms"],
-                       "in_router_p99_ms_at_half_at_most": bucket_quantile(before, after, 0.99)}
+                row = {
+                    "tokens": size,
+                    "mode": mode,
+                    "router_max": r_max,
+                    "echo_max": e_max,
+                    "half_rate_per_s": half,
+                    "router_half": r_half,
+                    "echo_half": e_half,
+                    "throughput_share": r_max["per_s"] / e_max["per_s"],
+                    "added_p99_ms_at_half": r_half["p99_ms"] - e_half["p99_ms"],
+                    "in_router_p99_ms_at_half_at_most": bucket_quantile(before, after, 0.99),
+                }
                 rows.append(row)
                 print_row(row)
     return rows
 
 
 def print_header() -> None:
-    print(f"{'tokens':>7} {'mode':>6} | {'router/s':>9} {'p50 ms':>7} {'p99 ms':>7} | "
-          f"{'echo/s':>9} {'p50 ms':>7} {'p99 ms':>7} | {'share':>6} | "
-          f"{'half/s':>7} {'r p99':>6} {'e p99':>6} {'added':>6} {'in-rtr':>6} | "
-          f"{'cpu us r/e':>11}")
+    print(
+        f"{'tokens':>7} {'mode':>6} | {'router/s':>9} {'p50 ms':>7} {'p99 ms':>7} | "
+        f"{'echo/s':>9} {'p50 ms':>7} {'p99 ms':>7} | {'share':>6} | "
+        f"{'half/s':>7} {'r p99':>6} {'e p99':>6} {'added':>6} {'in-rtr':>6} | "
+        f"{'cpu us r/e':>11}"
+    )
 
 
 def print_row(r: dict) -> None:
     rm, em, rh, eh = r["router_max"], r["echo_max"], r["router_half"], r["echo_half"]
-    print(f"{r['tokens']:>7} {r['mode']:>6} | {rm['per_s']:>9,.0f} {rm['p50_ms']:>7.2f} "
-          f"{rm['p99_ms']:>7.2f} | {em['per_s']:>9,.0f} {em['p50_ms']:>7.2f} "
-          f"{em['p99_ms']:>7.2f} | {r['throughput_share']:>6.2f} | {r['half_rate_per_s']:>7,.0f} "
-          f"{rh['p99_ms']:>6.2f} {eh['p99_ms']:>6.2f} {r['added_p99_ms_at_half']:>6.2f} "
-          f"{r['in_router_p99_ms_at_half_at_most']:>6.2f} | "
-          f"{rm['server_cpu_us']:>5.0f}/{em['server_cpu_us']:<5.0f}", flush=True)
+    print(
+        f"{r['tokens']:>7} {r['mode']:>6} | {rm['per_s']:>9,.0f} {rm['p50_ms']:>7.2f} "
+        f"{rm['p99_ms']:>7.2f} | {em['per_s']:>9,.0f} {em['p50_ms']:>7.2f} "
+        f"{em['p99_ms']:>7.2f} | {r['throughput_share']:>6.2f} | {r['half_rate_per_s']:>7,.0f} "
+        f"{rh['p99_ms']:>6.2f} {eh['p99_ms']:>6.2f} {r['added_p99_ms_at_half']:>6.2f} "
+        f"{r['in_router_p99_ms_at_half_at_most']:>6.2f} | "
+        f"{rm['server_cpu_us']:>5.0f}/{em['server_cpu_us']:<5.0f}",
+        flush=True,
+    )
 
 
 def verdicts(rows: list[dict]) -> dict:
     at_4k = [r for r in rows if r["tokens"] == 4_096]
     at_128k = [r for r in rows if r["tokens"] == 131_072]
     return {
-        "4k_share_at_least_0.80": all(r["throughput_share"] >= TARGET_THROUGHPUT_SHARE
-                                      for r in at_4k) if at_4k else None,
+        "4k_share_at_least_0.80": all(
+            r["throughput_share"] >= TARGET_THROUGHPUT_SHARE for r in at_4k
+        )
+        if at_4k
+        else None,
         "added_p99_at_half_load_at_most_1ms": all(
-            r["added_p99_ms_at_half"] <= TARGET_ADDED_P99_MS for r in rows),
+            r["added_p99_ms_at_half"] <= TARGET_ADDED_P99_MS for r in rows
+        ),
         "128k_at_least_1000_per_s": max(r["router_max"]["per_s"] for r in at_128k)
-        >= TARGET_128K_PER_S if at_128k else None,
+        >= TARGET_128K_PER_S
+        if at_128k
+        else None,
     }
 
 
@@ -366,10 +428,17 @@ def main() -> int:
             for proc in (router_proc, echo_proc):
                 proc.terminate()
                 proc.wait(30)
-    result = {"bench": "service", "workers": WORKERS, "in_flight": IN_FLIGHT,
-              "seconds_per_cell": seconds, "cpus": os.cpu_count(),
-              "python": platform.python_version(), "grpc": grpc.__version__, "rows": rows,
-              "targets": verdicts(rows)}
+    result = {
+        "bench": "service",
+        "workers": WORKERS,
+        "in_flight": IN_FLIGHT,
+        "seconds_per_cell": seconds,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "grpc": grpc.__version__,
+        "rows": rows,
+        "targets": verdicts(rows),
+    }
     if not args.quick:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["targets"]))
