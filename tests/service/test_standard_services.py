@@ -5,13 +5,10 @@ from __future__ import annotations
 import urllib.request
 
 import grpc
-import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
-
-from kvrouter.proto_gen import generation_pb2, router_pb2_grpc
 
 from .helpers import prompt
 
@@ -55,10 +52,3 @@ def test_metrics_endpoint_scrapes(router):
     ):
         assert name in text, name
 
-
-def test_proxied_generate_is_declared_but_not_served_yet(router):
-    with grpc.insecure_channel(router.target) as channel:
-        call = router_pb2_grpc.RouterStub(channel).Generate(generation_pb2.GenerateRequest())
-        with pytest.raises(grpc.RpcError) as e:
-            list(call)
-        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
