@@ -20,7 +20,11 @@ class BackgroundLoop:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def call_soon(self, callback, *args) -> None:
-        self.loop.call_soon_threadsafe(callback, *args)
+        """Schedules `callback` on the loop; a no-op once the loop is stopped."""
+        try:
+            self.loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # closed while another thread was still calling in
+            pass
 
     def stop(self) -> None:
         if self.loop.is_closed():

@@ -158,13 +158,14 @@ class KvEventPublisher:
         self._runner = asyncio.ensure_future(self._run())
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Waits until every event emitted so far is acknowledged."""
+        """Waits until every event emitted so far is acknowledged; False on timeout."""
+        if self._bg is None:
+            raise RuntimeError("start() the publisher before flushing it")
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             self._cut()
             target = self._next_seq
-        if self._bg is not None:
-            self._bg.call_soon(self._kick)
+        self._bg.call_soon(self._kick)
         with self._lock:
             while self._acked < target:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -174,7 +175,7 @@ class KvEventPublisher:
         return True
 
     def close(self, timeout: float = 5.0) -> None:
-        """Delivers what it can within `timeout`, then stops."""
+        """Delivers what it can within `timeout`, then stops; later events are dropped."""
         if self._bg is None:
             return
         self.flush(timeout)
