@@ -18,6 +18,8 @@ class NatsConfig:
     # How long the stream keeps batches. A replica down for longer resumes
     # with gaps, which resync the workers concerned.
     max_age_s: float = 24 * 3600.0
+    # Copies of the stream in a NATS cluster (3 survives a server loss).
+    stream_replicas: int = 1
 
     def __post_init__(self) -> None:
         if not _TOKEN.match(self.stream):

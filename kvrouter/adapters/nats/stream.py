@@ -14,7 +14,7 @@ async def ensure_stream(js: JetStreamContext, config: NatsConfig) -> None:
     Limits retention: replicas read it independently, each at its own pace."""
     wanted = StreamConfig(name=config.stream, subjects=[config.event_subjects],
                           retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
-                          max_age=config.max_age_s)
+                          max_age=config.max_age_s, num_replicas=config.stream_replicas)
     try:
         await js.add_stream(wanted)
     except BadRequestError:
