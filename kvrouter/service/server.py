@@ -25,9 +25,10 @@ from kvrouter.proto_gen import router_pb2, router_pb2_grpc
 from kvrouter.service import logs
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.events import EventIngest
+from kvrouter.service.generate import GenerationProxy, ProxyingRouterService
 from kvrouter.service.metrics import ServiceMetrics
+from kvrouter.service.proxy_config import ProxyConfig
 from kvrouter.service.registry import RegistryService
-from kvrouter.service.routing import RouterService
 from kvrouter.service.workers import WorkerTable
 
 log = logging.getLogger("kvrouter.service.server")
@@ -62,7 +63,10 @@ class RouterServer:
         self.metrics = ServiceMetrics()
         self.workers = WorkerTable(self.policy, self.index, config.heartbeat_ttl_s)
         self.events = EventIngest(self.index, self.workers, self.metrics)
-        self.routing = RouterService(self.policy, self.workers, self.metrics, config)
+        self.generation = GenerationProxy(self.policy, self.workers, config, ProxyConfig.from_env())
+        self.routing = ProxyingRouterService(
+            self.policy, self.workers, self.metrics, config, generation=self.generation
+        )
         self.registry = RegistryService(self.workers, self.events, config)
         self.health = health.aio.HealthServicer()
         self.port = 0
@@ -159,6 +163,7 @@ class RouterServer:
         self.events.close_all("the router is shutting down")
         self.routing.close_streams()
         await self._server.stop(grace)
+        await self.generation.close()
         self.routing.decision_log.flush()
         if self._metrics_http is not None:
             self._metrics_http.shutdown()

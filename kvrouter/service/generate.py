@@ -1,0 +1,121 @@
+"""The router's proxied Generate: validate, route, then drive the request
+through the workers (`ProxiedRequest`) and stream its tokens back.
+
+Every accepted request ends in a finished stream or a gRPC status within
+its deadline (the client's, or `default_timeout_s`): INVALID_ARGUMENT for
+bad input, UNAVAILABLE when no worker is left, DEADLINE_EXCEEDED. A client
+that cancels cancels the worker calls, which abort on the workers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import sys
+from array import array
+from contextlib import aclosing
+
+import grpc
+
+from kvrouter.policy import NoWorkerAvailable
+from kvrouter.proto_gen import generation_pb2 as gen
+from kvrouter.service.config import ServiceConfig
+from kvrouter.service.convert import check_namespace, prompt_tokens
+from kvrouter.service.errors import ServiceError, invalid
+from kvrouter.service.proxied_request import ProxiedRequest
+from kvrouter.service.proxy_config import ProxyConfig
+from kvrouter.service.proxy_context import ProxyContext
+from kvrouter.service.round_robin import RoundRobinRouter
+from kvrouter.service.routing import MAX_REQUEST_ID_CHARS, RouterService
+from kvrouter.service.worker_calls import Deadline, RequestFailed
+from kvrouter.service.workers import WorkerTable
+
+log = logging.getLogger("kvrouter.service.generate")
+
+
+def _token_list(prompt) -> list[int]:
+    if isinstance(prompt, bytes | bytearray):
+        tokens = array("I")
+        tokens.frombytes(prompt)
+        if sys.byteorder == "big":
+            tokens.byteswap()
+        return tokens.tolist()
+    return list(prompt)
+
+
+class GenerationProxy:
+    def __init__(
+        self, policy, workers: WorkerTable, config: ServiceConfig, proxy: ProxyConfig
+    ) -> None:
+        proxy.validate()
+        self.config = config
+        if proxy.policy == "round_robin":
+            policy = RoundRobinRouter(workers, config.block_size)
+        self.ctx = ProxyContext(policy, workers, proxy)
+        self._ids = itertools.count()
+        self._id_prefix = os.urandom(4).hex()
+
+    def _validate(self, request: gen.GenerateRequest) -> tuple[object, str]:
+        prompt = prompt_tokens(request, self.config.max_prompt_tokens)
+        check_namespace(request.namespace, self.config.max_namespace_chars)
+        if request.sampling.max_tokens < 1:
+            raise invalid("sampling.max_tokens must be at least 1")
+        if request.sampling.temperature < 0:
+            raise invalid("sampling.temperature must be >= 0")
+        request_id = request.request_id or f"{self._id_prefix}-g{next(self._ids)}"
+        if len(request_id) > MAX_REQUEST_ID_CHARS:
+            raise invalid(f"request_id is longer than {MAX_REQUEST_ID_CHARS} characters")
+        return prompt, request_id
+
+    async def generate(self, request: gen.GenerateRequest, context):
+        try:
+            prompt, request_id = self._validate(request)
+        except ServiceError as e:
+            await context.abort(e.code, e.message)
+        remaining = context.time_remaining()
+        deadline = Deadline(self.ctx.config.default_timeout_s if remaining is None else remaining)
+        try:
+            decision = self.ctx.policy.route(request_id, prompt, request.namespace)
+        except NoWorkerAvailable as e:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+        except ValueError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        forwarded = gen.GenerateRequest()
+        forwarded.CopyFrom(request)
+        forwarded.request_id = request_id
+        run = ProxiedRequest(self.ctx, forwarded, _token_list(prompt), decision, deadline)
+        finished = False
+        try:
+            async with aclosing(run.stream()) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+            finished = True
+        except RequestFailed as e:
+            log.warning(
+                "request failed",
+                extra={
+                    "fields": {"request_id": request_id, "code": e.code.name, "error": e.message}
+                },
+            )
+            await context.abort(e.code, e.message)
+        finally:
+            run.cleanup()
+            self.ctx.policy_call("finished" if finished else "cancelled", request_id)
+
+    async def close(self) -> None:
+        await self.ctx.close()
+
+
+class ProxyingRouterService(RouterService):
+    """The Router service with proxied generation."""
+
+    def __init__(self, *args, generation: GenerationProxy, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.generation = generation
+
+    async def Generate(self, request, context):
+        # grpc.aio recognises a streaming handler by its being an async generator.
+        async with aclosing(self.generation.generate(request, context)) as chunks:
+            async for chunk in chunks:
+                yield chunk

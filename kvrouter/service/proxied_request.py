@@ -1,0 +1,322 @@
+"""One request through the router's proxied Generate.
+
+Disaggregated: prefill on P (which returns the first token and a hand-off
+descriptor), then Decode on D, which pulls only the blocks it lacks; P's
+pinned blocks are released as soon as D acknowledges the hand-off.
+Aggregated: Generate on D. Failures move the request on, never leave it
+hanging:
+
+- P fails or times out: the next prefill worker, then prefill on D;
+- D fails before acknowledging the hand-off: the next decode worker, same
+  descriptor (P still holds the blocks);
+- D cannot fetch from P (ABORTED): D itself continues without the hand-off;
+- D fails after tokens were sent: another decode worker continues from the
+  prompt plus the tokens so far (greedy output is unchanged).
+
+Every worker call carries the request's deadline and every stream an idle
+timeout, and P's lease is released on every path (or lapses by its TTL).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+import grpc
+
+from kvrouter.proto_gen import generation_pb2 as gen
+from kvrouter.proto_gen import worker_pb2 as wpb
+from kvrouter.service.proxy_context import ProxyContext
+from kvrouter.service.worker_calls import (
+    Deadline,
+    RequestFailed,
+    WorkerFailure,
+    failure,
+    read_stream,
+)
+
+log = logging.getLogger("kvrouter.service.proxy")
+
+
+class SourceFailed(Exception):
+    """The decode worker could not fetch the hand-off from the prefill worker."""
+
+
+class ProxiedRequest:
+    def __init__(
+        self,
+        ctx: ProxyContext,
+        request: gen.GenerateRequest,
+        prompt: list[int],
+        decision,
+        deadline: Deadline,
+    ) -> None:
+        self.ctx = ctx
+        self.config = ctx.config
+        self.request = request
+        self.request_id = request.request_id
+        self.prompt = prompt
+        self.decision = decision
+        self.deadline = deadline
+        self.generated: list[int] = []
+        self.retries = 0
+        self.failed: set[int] = set()
+        self.prefill_worker: int | None = None
+        self.decode_worker = decision.decode_worker
+        # (worker id, address) of a prefill worker holding pinned blocks for us.
+        self.lease: tuple[int, str] | None = None
+        self.prefill_stats: gen.RequestStats | None = None
+        self.handoff_stats: gen.HandoffStats | None = None
+        self.started = time.perf_counter()
+        self.token_times: list[float] = []
+        # A decode worker to try next whatever the attempt count (after a failed fetch).
+        self._prefer: tuple[int, str] | None = None
+
+    # -- the whole request
+
+    async def stream(self) -> AsyncIterator[gen.GenerateResponse]:
+        handoff = None
+        if self.decision.disaggregated:
+            prefill = await self._prefill()
+            self.ctx.policy_call("prefill_done", self.request_id)
+            if prefill is not None:
+                first = [prefill.handoff.first_token]
+                if prefill.finish_reason:
+                    yield self._chunk(first, prefill.finish_reason, prefill.stats)
+                    return
+                yield self._chunk(first)
+                handoff = prefill.handoff
+        async with aclosing(self._decode(handoff)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    def cleanup(self) -> None:
+        self._release_lease()
+
+    # -- prefill
+
+    async def _prefill(self) -> wpb.PrefillResponse | None:
+        candidates = self.decision.explanation.prefill_candidates
+        for worker_id, address in self._workers(
+            self.decision.prefill_worker, candidates, self.config.max_prefill_attempts
+        ):
+            self.prefill_worker = worker_id
+            timeout = self.deadline.timeout(self.config.prefill_timeout_s, "prefill")
+            try:
+                response = await self.ctx.channels.stub(address).Prefill(
+                    wpb.PrefillRequest(request=self.request), timeout=timeout
+                )
+            except grpc.RpcError as e:
+                self._failed(failure(worker_id, e, self.deadline, "prefill"), "prefill")
+                # It may have pinned blocks before failing to answer.
+                self.ctx.release_later(address, self.request_id)
+                continue
+            if response.handoff.block_ids:
+                self.lease = (worker_id, address)
+            stats = response.stats
+            self.prefill_stats = stats
+            self.ctx.policy_call(
+                "report_prefill_timing",
+                stats.prompt_tokens - stats.cached_tokens,
+                stats.cached_tokens,
+                stats.prefill_ms,
+            )
+            return response
+        self.prefill_worker = None
+        log.warning(
+            "no prefill worker answered; prefilling on the decode worker",
+            extra={"fields": {"request_id": self.request_id, "failed": sorted(self.failed)}},
+        )
+        return None
+
+    # -- decode (or aggregated generation)
+
+    async def _decode(self, handoff) -> AsyncIterator[gen.GenerateResponse]:
+        candidates = self.decision.explanation.decode_candidates
+        attempts = 0
+        while True:
+            target = self._next_decode(candidates, attempts)
+            attempts += 1
+            worker_id, address = target
+            self.decode_worker = worker_id
+            use_handoff = handoff is not None and self.lease is not None
+            stage = "decode" if use_handoff else "generate"
+            try:
+                chunks = (
+                    self._decode_on(worker_id, address, handoff)
+                    if use_handoff
+                    else self._generate_on(worker_id, address)
+                )
+                async with aclosing(chunks):
+                    async for chunk in chunks:
+                        yield chunk
+                return
+            except SourceFailed as e:
+                # The decode worker is fine; it continues without the hand-off.
+                self.retries += 1
+                log.warning(
+                    "hand-off fetch failed; decode worker prefills",
+                    extra={"fields": {"request_id": self.request_id, "error": str(e)}},
+                )
+                self._release_lease()
+                self._prefer = target
+            except WorkerFailure as f:
+                self._failed(f, stage)
+
+    def _next_decode(self, candidates, attempts: int) -> tuple[int, str]:
+        if self._prefer is not None:
+            preferred, self._prefer = self._prefer, None
+            return preferred
+        if attempts >= self.config.max_decode_attempts:
+            raise RequestFailed(
+                grpc.StatusCode.UNAVAILABLE,
+                f"decode failed on {attempts} workers ({sorted(self.failed)}); giving up",
+            )
+        for target in self._workers(self.decision.decode_worker, candidates, 1):
+            return target
+        raise RequestFailed(
+            grpc.StatusCode.UNAVAILABLE,
+            f"no healthy decode worker is left (failed: {sorted(self.failed)})",
+        )
+
+    async def _decode_on(self, worker_id, address, handoff) -> AsyncIterator[gen.GenerateResponse]:
+        self.deadline.timeout(self.config.handoff_timeout_s, "decode")
+        call = self.ctx.channels.stub(address).Decode(
+            wpb.DecodeRequest(request=self.request, handoff=handoff),
+            timeout=self.deadline.remaining(),
+        )
+        acked = False
+
+        def idle() -> float:
+            return self.config.token_timeout_s if acked else self.config.handoff_timeout_s
+
+        messages = read_stream(call, worker_id, idle, self.deadline, "decode")
+        try:
+            async with aclosing(messages):
+                async for message in messages:
+                    if message.HasField("handoff"):
+                        acked = True
+                        self._acknowledged(message.handoff)
+                        continue
+                    yield self._chunk(list(message.token_ids), message.finish_reason)
+                    if message.finish_reason:
+                        return
+        except WorkerFailure as f:
+            if not acked and f.code == grpc.StatusCode.ABORTED:
+                raise SourceFailed(f.message) from None
+            raise
+        raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, "the decode stream ended early")
+
+    def _acknowledged(self, stats: gen.HandoffStats) -> None:
+        self.handoff_stats = stats
+        self._release_lease()
+        if stats.blocks_transferred:
+            self.ctx.policy_call("report_transfer", stats.blocks_transferred, stats.transfer_ms)
+
+    async def _generate_on(self, worker_id, address) -> AsyncIterator[gen.GenerateResponse]:
+        request = gen.GenerateRequest()
+        request.CopyFrom(self.request)
+        if self.generated:
+            # A continuation: the prompt plus what the client already has.
+            request.ClearField("tokens_u32le")
+            request.tokens[:] = self.prompt + self.generated
+            request.sampling.max_tokens -= len(self.generated)
+        first_timeout = self.deadline.timeout(self.config.prefill_timeout_s, "generate")
+        call = self.ctx.channels.stub(address).Generate(request, timeout=self.deadline.remaining())
+        chunks_seen = 0
+
+        def idle() -> float:
+            return self.config.token_timeout_s if chunks_seen else first_timeout
+
+        messages = read_stream(call, worker_id, idle, self.deadline, "generate")
+        async with aclosing(messages):
+            async for message in messages:
+                chunks_seen += 1
+                stats = message.stats if message.HasField("stats") else None
+                if stats is not None and self.prefill_stats is None:
+                    self.ctx.policy_call(
+                        "report_prefill_timing",
+                        stats.prompt_tokens - stats.cached_tokens,
+                        stats.cached_tokens,
+                        stats.prefill_ms,
+                    )
+                yield self._chunk(list(message.token_ids), message.finish_reason, stats)
+                if message.finish_reason:
+                    return
+        raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, "the stream ended early")
+
+    # -- helpers
+
+    def _workers(self, first, candidates, limit: int):
+        """Up to `limit` (worker id, address) to try: the policy's choice, then
+        the other candidates by predicted cost; workers that failed recently go last."""
+        ranked = sorted(candidates, key=lambda c: c.cost_ms)
+        order = [first] if first is not None else []
+        order += [c.worker_id for c in ranked if c.worker_id != first]
+        usable = [w for w in order if w not in self.failed and self.ctx.address(w)]
+        usable.sort(key=self.ctx.cooling_down)
+        for worker_id in usable[:limit]:
+            yield worker_id, self.ctx.address(worker_id)
+
+    def _failed(self, f: WorkerFailure, stage: str) -> None:
+        self.failed.add(f.worker_id)
+        self.retries += 1
+        self.ctx.cool_down(f.worker_id)
+        log.warning(
+            "worker failed; retrying elsewhere",
+            extra={
+                "fields": {
+                    "request_id": self.request_id,
+                    "worker_id": f.worker_id,
+                    "stage": stage,
+                    "code": f.code.name,
+                    "error": f.message,
+                }
+            },
+        )
+
+    def _release_lease(self) -> None:
+        if self.lease is not None:
+            _, address = self.lease
+            self.lease = None
+            self.ctx.release_later(address, self.request_id)
+
+    def _chunk(self, tokens: list[int], finish_reason=0, worker_stats=None) -> gen.GenerateResponse:
+        if tokens:
+            self.generated += tokens
+            self.token_times.append(time.perf_counter())
+        response = gen.GenerateResponse(
+            request_id=self.request_id, token_ids=tokens, decode_worker=self.decode_worker
+        )
+        if self.prefill_worker is not None:
+            response.prefill_worker = self.prefill_worker
+        if finish_reason:
+            response.finish_reason = finish_reason
+            response.stats.CopyFrom(self._stats(worker_stats))
+        return response
+
+    def _stats(self, worker_stats: gen.RequestStats | None) -> gen.RequestStats:
+        """The client's view: TTFT and gaps as the router streamed them; queue,
+        prefill and cached tokens from the worker that prefilled."""
+        prefilled = self.prefill_stats or worker_stats or gen.RequestStats()
+        times = self.token_times
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        stats = gen.RequestStats(
+            prompt_tokens=len(self.prompt),
+            cached_tokens=prefilled.cached_tokens,
+            output_tokens=len(self.generated),
+            queue_ms=prefilled.queue_ms,
+            prefill_ms=prefilled.prefill_ms,
+            ttft_ms=(times[0] - self.started) * 1000.0 if times else 0.0,
+            mean_itl_ms=1000.0 * (times[-1] - times[0]) / (len(self.generated) - 1)
+            if len(self.generated) > 1
+            else 0.0,
+            max_itl_ms=1000.0 * max(gaps, default=0.0),
+            disaggregated=self.handoff_stats is not None,
+            retries=self.retries,
+        )
+        if self.handoff_stats is not None:
+            stats.handoff.CopyFrom(self.handoff_stats)
+        return stats

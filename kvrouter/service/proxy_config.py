@@ -1,0 +1,62 @@
+"""Settings of the router's proxied Generate: stage timeouts, retry limits
+and the routing policy it follows. Read from `KVROUTER_PROXY_<FIELD>`
+environment variables (e.g. `KVROUTER_PROXY_PREFILL_TIMEOUT_S=10`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ENV_PREFIX = "KVROUTER_PROXY_"
+POLICIES = ("kv", "round_robin")
+
+
+@dataclass
+class ProxyConfig:
+    # "kv": the cache- and load-aware policy; "round_robin": prefill and decode
+    # workers in turn, always split (the baseline the demo and bench compare to).
+    policy: str = "kv"
+    # The deadline of a request whose client set none.
+    default_timeout_s: float = 300.0
+    # Longest a prefill (or the first token of an aggregated request) may take.
+    prefill_timeout_s: float = 60.0
+    # From the Decode call to the decode worker's hand-off acknowledgement.
+    handoff_timeout_s: float = 30.0
+    # Longest gap between two token chunks before the worker is taken as failed.
+    token_timeout_s: float = 30.0
+    # Prefill workers tried before falling back to prefilling on the decode worker.
+    max_prefill_attempts: int = 2
+    # Decode workers tried (hand-off retries and continuations together).
+    max_decode_attempts: int = 3
+    # A worker that failed a call is tried last for this long.
+    failure_cooldown_s: float = 5.0
+    release_timeout_s: float = 2.0
+
+    def validate(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"proxy policy must be one of {', '.join(POLICIES)}")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name != "policy" and value <= 0:
+                raise ValueError(f"ProxyConfig.{f.name} must be > 0, got {value}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ProxyConfig:
+        env = os.environ if env is None else env
+        values = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is None:
+                continue
+            kind = type(getattr(cls, f.name))
+            try:
+                values[f.name] = kind(raw)
+            except ValueError:
+                raise ValueError(
+                    f"{ENV_PREFIX}{f.name.upper()}={raw!r} is not a {kind.__name__}"
+                ) from None
+        config = cls(**values)
+        config.validate()
+        return config

@@ -1,0 +1,79 @@
+"""What every proxied request shares: channels to the workers, the worker
+table, the policy, recent worker failures and fire-and-forget releases."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import grpc
+
+from kvrouter.client.worker_channels import WorkerChannels
+from kvrouter.proto_gen import worker_pb2 as wpb
+from kvrouter.service.proxy_config import ProxyConfig
+from kvrouter.service.workers import WorkerTable
+
+log = logging.getLogger("kvrouter.service.proxy")
+
+
+class ProxyContext:
+    def __init__(self, policy, workers: WorkerTable, config: ProxyConfig) -> None:
+        self.policy = policy
+        self.workers = workers
+        self.config = config
+        self.channels = WorkerChannels()
+        self._cooldown: dict[int, float] = {}
+        self._background: set[asyncio.Task] = set()
+
+    def address(self, worker_id: int) -> str:
+        return self.workers.address(worker_id)
+
+    def cool_down(self, worker_id: int) -> None:
+        self._cooldown[worker_id] = time.monotonic() + self.config.failure_cooldown_s
+
+    def cooling_down(self, worker_id: int) -> bool:
+        until = self._cooldown.get(worker_id)
+        if until is None:
+            return False
+        if until <= time.monotonic():
+            del self._cooldown[worker_id]
+            return False
+        return True
+
+    def policy_call(self, name: str, *args) -> None:
+        """Keeps the policy's books; a request it no longer tracks is fine."""
+        try:
+            getattr(self.policy, name)(*args)
+        except KeyError:
+            pass
+
+    def release_later(self, address: str, request_id: str) -> None:
+        """Unpins a hand-off on its prefill worker without waiting (the lease
+        TTL covers a release that never arrives)."""
+        task = asyncio.get_running_loop().create_task(self._release(address, request_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _release(self, address: str, request_id: str) -> None:
+        try:
+            await self.channels.stub(address).Release(
+                wpb.ReleaseRequest(request_id=request_id), timeout=self.config.release_timeout_s
+            )
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.NOT_FOUND:
+                log.info(
+                    "release failed; the lease will lapse",
+                    extra={
+                        "fields": {
+                            "request_id": request_id,
+                            "address": address,
+                            "code": e.code().name,
+                        }
+                    },
+                )
+
+    async def close(self) -> None:
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=self.config.release_timeout_s)
+        await self.channels.close()

@@ -1,0 +1,99 @@
+"""Calls from the router's proxy to workers: deadlines, reading streams with
+an idle timeout, and sorting failures into "try another worker" and "end
+the request with this status"."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+# Codes after which another worker may well succeed.
+RETRYABLE = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    }
+)
+
+
+class RequestFailed(Exception):
+    """Ends the request with this status for the client."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class WorkerFailure(Exception):
+    """A worker failed its part; another worker may take over."""
+
+    def __init__(self, worker_id: int, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"worker {worker_id}: {code.name}: {message}")
+        self.worker_id = worker_id
+        self.code = code
+        self.message = message
+
+
+class Deadline:
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+    def timeout(self, stage_s: float, stage: str) -> float:
+        """The time `stage` may take: its own limit, cut to what the request has left."""
+        remaining = self.remaining()
+        if remaining <= 0:
+            raise RequestFailed(
+                grpc.StatusCode.DEADLINE_EXCEEDED, f"the request's deadline passed before {stage}"
+            )
+        return min(stage_s, remaining)
+
+
+def failure(worker_id: int, error: grpc.RpcError, deadline: Deadline, stage: str) -> WorkerFailure:
+    """A worker's error as a WorkerFailure, or RequestFailed when retrying cannot help."""
+    code, details = error.code(), error.details() or ""
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED and deadline.remaining() <= 0:
+        raise RequestFailed(code, f"the request's deadline passed during {stage}")
+    if code not in RETRYABLE:
+        raise RequestFailed(code, f"{stage} on worker {worker_id}: {details}")
+    return WorkerFailure(worker_id, code, details)
+
+
+async def read_stream(
+    call, worker_id: int, idle_s: Callable[[], float], deadline: Deadline, stage: str
+) -> AsyncIterator:
+    """A server stream's messages. A worker silent for `idle_s()` seconds is
+    failed and its call cancelled; so is one whose stream ends early (the
+    caller decides what early means)."""
+    try:
+        while True:
+            timeout = min(idle_s(), max(deadline.remaining(), 0.0))
+            try:
+                message = await asyncio.wait_for(call.read(), timeout)
+            except TimeoutError:
+                if deadline.remaining() <= 0:
+                    raise RequestFailed(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"the request's deadline passed during {stage}",
+                    ) from None
+                raise WorkerFailure(
+                    worker_id, grpc.StatusCode.DEADLINE_EXCEEDED, f"silent for {timeout:.1f}s"
+                ) from None
+            except grpc.RpcError as e:
+                raise failure(worker_id, e, deadline, stage) from None
+            if message is grpc.aio.EOF:
+                return
+            yield message
+    finally:
+        call.cancel()
