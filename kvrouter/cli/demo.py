@@ -1,0 +1,39 @@
+"""`kvrouter demo`: the README's first command."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = (
+    "start a router with 2 prefill and 2 decode CPU workers on 127.0.0.1, run a multi-turn "
+    "chat and agent workload through it, and compare kv-aware routing with round robin"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--chats", type=int, default=4, help="multi-turn chat sessions")
+    parser.add_argument("--agents", type=int, default=2, help="agent sessions")
+    parser.add_argument("--max-tokens", type=int, default=24, help="tokens generated per turn")
+    parser.add_argument(
+        "--local-prefill-max-tokens",
+        type=int,
+        default=128,
+        help="prefill on the decode worker when at most this many prompt tokens are uncached",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log-dir", default="", help="keep the processes' logs here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvrouter.demo.main import DemoOptions, run_demo
+
+    return run_demo(
+        DemoOptions(
+            chats=args.chats,
+            agents=args.agents,
+            max_tokens=args.max_tokens,
+            local_prefill_max_tokens=args.local_prefill_max_tokens,
+            seed=args.seed,
+            log_dir=args.log_dir,
+        )
+    )

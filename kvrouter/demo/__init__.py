@@ -1,0 +1,8 @@
+"""`kvrouter demo`: a router with prefill and decode workers on 127.0.0.1,
+a multi-turn chat and agent workload, and the same workload under round
+robin for comparison. `LocalCluster` starts such a deployment for tests and
+benchmarks too."""
+
+from kvrouter.demo.cluster import LocalCluster
+
+__all__ = ["LocalCluster"]

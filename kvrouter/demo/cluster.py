@@ -1,0 +1,159 @@
+"""A router and its workers as child processes on 127.0.0.1: what the demo,
+the end-to-end tests and the benchmark run against. Each process logs to a
+file of its own under `log_dir`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kvrouter.client import RouterClient, WorkerInfo
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+class LocalCluster:
+    """`with LocalCluster(model, roles=["prefill", "decode"]) as cluster:`;
+    worker ids are 1, 2, ... in the order of `roles`."""
+
+    def __init__(
+        self,
+        model: str | Path,
+        roles: list[str],
+        *,
+        policy: str = "kv",
+        router_env: dict[str, str] | None = None,
+        worker_args: list[str] | None = None,
+        log_dir: str | Path | None = None,
+        start_timeout_s: float = 120.0,
+    ) -> None:
+        self.model = str(model)
+        self.roles = list(roles)
+        self.policy = policy
+        self.router_env = dict(router_env or {})
+        self.worker_args = list(worker_args or [])
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="kvrouter-cluster-"))
+        self.start_timeout_s = start_timeout_s
+        self.target = ""
+        self.router: subprocess.Popen | None = None
+        self.workers: dict[int, subprocess.Popen] = {}
+        self._client: RouterClient | None = None
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
+        # The child keeps its own copy of the file descriptor.
+        with open(self.log_dir / f"{name}.log", "ab") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "kvrouter.cli", *args],
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **env},
+            )
+
+    def start(self) -> LocalCluster:
+        deadline = time.monotonic() + self.start_timeout_s
+        try:
+            self._start_router(deadline)
+            for worker_id in range(1, len(self.roles) + 1):
+                self.start_worker(worker_id)
+            self.wait_for_workers(deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_router(self, deadline: float) -> None:
+        env = {"KVROUTER_PROXY_POLICY": self.policy, **self.router_env}
+        for _ in range(3):  # a port picked as free may be taken before the router binds it
+            self.target = f"127.0.0.1:{free_port()}"
+            args = ["serve", "--listen", self.target, "--metrics-listen", "", "--log-format"]
+            self.router = self._spawn("router", [*args, "text", "--log-decisions", "false"], env)
+            self._client = RouterClient(self.target, timeout=2.0)
+            while self.router.poll() is None and time.monotonic() < deadline:
+                try:
+                    self._client.list_workers()
+                    return
+                except Exception:
+                    time.sleep(0.1)
+            self._client.close()
+            if self.router.poll() is None:
+                break
+        raise ClusterError(f"the router did not start; see {self.log_dir / 'router.log'}")
+
+    def start_worker(self, worker_id: int) -> None:
+        """Starts (or restarts) worker `worker_id` with its role from `roles`."""
+        role = self.roles[worker_id - 1]
+        args = ["worker", "--model", self.model, "--router", self.target, "--role", role]
+        args += ["--worker-id", str(worker_id), "--log-format", "text", *self.worker_args]
+        self.workers[worker_id] = self._spawn(f"worker-{worker_id}-{role}", args, {})
+
+    def wait_for_workers(self, deadline: float | None = None) -> list[WorkerInfo]:
+        """Waits until every running worker is registered and routable."""
+        deadline = deadline or time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            for worker_id, process in self.workers.items():
+                if process.poll() is not None:
+                    raise ClusterError(
+                        f"worker {worker_id} exited with {process.returncode}; see {self.log_dir}"
+                    )
+            alive = {w for w, p in self.workers.items() if p.poll() is None}
+            try:
+                infos = self._client.list_workers()
+            except Exception:
+                infos = []
+            ready = {w.worker_id for w in infos if w.routable}
+            if alive <= ready:
+                return infos
+            time.sleep(0.1)
+        raise ClusterError(f"workers did not register in time; see {self.log_dir}")
+
+    def list_workers(self) -> list[WorkerInfo]:
+        return self._client.list_workers()
+
+    def address(self, worker_id: int) -> str:
+        for info in self.list_workers():
+            if info.worker_id == worker_id:
+                return info.address
+        raise KeyError(f"worker {worker_id} is not registered")
+
+    def kill_worker(self, worker_id: int) -> None:
+        """SIGKILL: the worker dies without deregistering, as in a crash."""
+        process = self.workers[worker_id]
+        process.kill()
+        process.wait()
+
+    def stop(self) -> None:
+        processes = [p for p in self.workers.values() if p.poll() is None]
+        if self.router is not None and self.router.poll() is None:
+            processes.append(self.router)
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
