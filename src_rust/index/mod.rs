@@ -4,9 +4,11 @@
 //! side by side; event batches take the write lock once per call, so callers
 //! batch writes with [`PrefixIndex::apply_many`]. Design notes: README.md.
 
+mod arena;
 mod events;
+mod holding;
 mod overlap;
-mod owners;
+mod owner_sets;
 mod snapshot;
 mod tree;
 mod workers;

@@ -16,11 +16,11 @@ impl TierDepths {
         self.device + self.host + self.disk
     }
 
-    pub fn add(&mut self, tier: Tier) {
+    pub fn add_many(&mut self, tier: Tier, blocks: u32) {
         match tier {
-            Tier::Device => self.device += 1,
-            Tier::Host => self.host += 1,
-            Tier::Disk => self.disk += 1,
+            Tier::Device => self.device += blocks,
+            Tier::Host => self.host += blocks,
+            Tier::Disk => self.disk += blocks,
         }
     }
 }

@@ -1,14 +1,15 @@
 //! Dump and load of the confirmed index, with each worker's stream position,
 //! so a restarted router resumes instead of rebuilding. Approximate entries
-//! are predictions with a short life and are not kept.
+//! are predictions with a short life and are not kept. Nodes are written in
+//! arena order, which keeps stored sequences adjacent after a load.
 
 use super::events::IndexError;
-use super::owners::{Holding, Owners, TierSet};
-use super::tree::{Node, PrefixTree};
+use super::holding::{Holding, TierSet};
+use super::tree::PrefixTree;
 use crate::ids::{EngineBlockId, SeqHash, WorkerId};
 use serde::{Deserialize, Serialize};
 
-const MAGIC: &[u8; 8] = b"KVRIDX01";
+const MAGIC: &[u8; 8] = b"KVRIDX02";
 
 #[derive(Serialize, Deserialize)]
 struct Snapshot {
@@ -49,18 +50,18 @@ impl PrefixTree {
             })
             .collect();
         let nodes = self
-            .nodes
+            .arena
             .iter()
-            .filter_map(|(seq, node)| {
-                let holders: Vec<(u32, u8)> = node
-                    .owners
-                    .as_slice(&self.spill)
+            .filter_map(|(_, node)| {
+                let holders: Vec<(u32, u8)> = self
+                    .sets
+                    .holdings(node.owners)
                     .iter()
                     .filter(|h| !h.is_approximate())
                     .map(|h| (position[h.slot() as usize], h.tiers().bits()))
                     .collect();
                 (!holders.is_empty()).then_some(NodeRecord {
-                    seq_hash: seq.0,
+                    seq_hash: node.seq.0,
                     holders,
                 })
             })
@@ -80,7 +81,7 @@ impl PrefixTree {
         let bad = |why: String| IndexError::BadSnapshot(why);
         let body = bytes
             .strip_prefix(MAGIC.as_slice())
-            .ok_or_else(|| bad("not a kvrouter index snapshot (wrong magic)".into()))?;
+            .ok_or_else(|| bad("not a kvrouter index snapshot (wrong magic or version)".into()))?;
         let snapshot: Snapshot = bincode::deserialize(body).map_err(|e| bad(e.to_string()))?;
         if snapshot.block_size == 0 {
             return Err(bad("block_size is 0".into()));
@@ -101,9 +102,10 @@ impl PrefixTree {
                 .collect();
             slots.push(slot);
         }
-        tree.nodes.reserve(snapshot.nodes.len());
         for record in snapshot.nodes {
-            let mut owners: Option<Owners> = None;
+            if record.holders.is_empty() {
+                return Err(bad("a block has no holders".into()));
+            }
             for (pos, bits) in record.holders {
                 let slot = *slots
                     .get(pos as usize)
@@ -112,18 +114,8 @@ impl PrefixTree {
                 if tiers.is_empty() {
                     return Err(bad("a holder has no tier".into()));
                 }
-                let holding = Holding::confirmed(slot, tiers);
-                match owners.as_mut() {
-                    None => owners = Some(Owners::One(holding)),
-                    Some(set) => {
-                        set.set(&mut tree.spill, holding);
-                    }
-                }
-                tree.workers.state_mut(slot).blocks += 1;
+                tree.restore_holding(SeqHash(record.seq_hash), Holding::confirmed(slot, tiers));
             }
-            let owners = owners.ok_or_else(|| bad("a block has no holders".into()))?;
-            tree.nodes
-                .insert(SeqHash(record.seq_hash), Node::new(owners, 0));
         }
         Ok(tree)
     }

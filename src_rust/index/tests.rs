@@ -398,3 +398,42 @@ fn snapshot_round_trips_blocks_tiers_and_sequence_numbers() {
         Err(IndexError::BadSnapshot(_))
     ));
 }
+
+#[test]
+fn churn_compacts_the_arena_and_keeps_answers() {
+    let mut tree = PrefixTree::new(BS, None);
+    let prompts: Vec<Vec<u32>> = (0..3000u32).map(|p| tokens(p * 8..p * 8 + 8)).collect();
+    for (seq, prompt) in prompts.iter().enumerate() {
+        let worker = seq as u64 % 3;
+        let batch = batch(
+            worker,
+            seq as u64 / 3,
+            vec![stored(prompt, None, Tier::Device)],
+        );
+        tree.apply(&batch, true).unwrap();
+    }
+    let slots_before = tree.arena.slots();
+    for (seq, prompt) in prompts.iter().enumerate().take(2700) {
+        let worker = seq as u64 % 3;
+        let removed = KvEvent::Removed {
+            block_ids: seqs(prompt).iter().map(|s| EngineBlockId(s.0)).collect(),
+            tier: Tier::Device,
+        };
+        let next = 1000 + seq as u64 / 3;
+        tree.apply(&batch(worker, next, vec![removed]), true)
+            .unwrap();
+    }
+    assert!(
+        tree.arena.slots() < slots_before / 2,
+        "holes were squeezed out"
+    );
+    assert_eq!(tree.num_nodes(), 600);
+    for (seq, prompt) in prompts.iter().enumerate() {
+        let expected = if seq < 2700 { 0 } else { 2 };
+        let worker = WorkerId(seq as u64 % 3);
+        assert_eq!(
+            tree.find_matches(&seqs(prompt), false).depth(worker),
+            expected
+        );
+    }
+}

@@ -1,45 +1,25 @@
 //! The prefix index itself, single-threaded; `PrefixIndex` wraps it in a lock.
 //! See README.md next to this file for the layout and its trade-offs.
 
+use super::arena::NodeArena;
 use super::events::{ApplyOutcome, BlockContent, EventBatch, IndexError, KvEvent, SeqStatus};
+use super::holding::{Holding, TierSet};
 use super::overlap::{OverlapScores, TierDepths};
-use super::owners::{Holding, Owners, Removal, SpillSlab, TierSet};
+use super::owner_sets::{OwnerSets, SetId};
 use super::workers::WorkerTable;
 use crate::hashing::{chain, BlockHasher};
 use crate::ids::{EngineBlockId, SeqHash, Tier, WorkerId};
-use hashbrown::hash_map::Entry;
-use hashbrown::HashMap;
-use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-pub(crate) struct Node {
-    pub owners: Owners,
-    /// Logical time of the last lookup or store that touched this block; an
-    /// atomic so that lookups can record it under a shared lock.
-    last_access: AtomicU32,
-}
-
-impl Node {
-    pub fn new(owners: Owners, tick: u32) -> Self {
-        Node {
-            owners,
-            last_access: AtomicU32::new(tick),
-        }
-    }
-
-    fn touch(&self, tick: u32) {
-        self.last_access.store(tick, Ordering::Relaxed);
-    }
-}
-
 pub struct PrefixTree {
     pub(crate) block_size: usize,
     pub(crate) max_nodes: Option<usize>,
-    pub(crate) nodes: HashMap<SeqHash, Node, FxBuildHasher>,
-    pub(crate) spill: SpillSlab,
+    pub(crate) arena: NodeArena,
+    pub(crate) sets: OwnerSets,
     pub(crate) workers: WorkerTable,
     clock: AtomicU32,
     pruned: u64,
@@ -49,14 +29,29 @@ pub struct PrefixTree {
     approx_queue: BinaryHeap<Reverse<(u64, SeqHash, u32)>>,
 }
 
+/// A worker still matching during a lookup, with the tier run it is in.
+struct Matching {
+    slot: u32,
+    tier: Tier,
+    run_start: u32,
+    depths: TierDepths,
+}
+
+impl Matching {
+    fn close_run(&mut self, end: u32) {
+        self.depths.add_many(self.tier, end - self.run_start);
+        self.run_start = end;
+    }
+}
+
 impl PrefixTree {
     pub fn new(block_size: usize, max_nodes: Option<usize>) -> Self {
         assert!(block_size > 0, "block_size must be positive");
         PrefixTree {
             block_size,
             max_nodes,
-            nodes: HashMap::with_hasher(FxBuildHasher),
-            spill: SpillSlab::default(),
+            arena: NodeArena::default(),
+            sets: OwnerSets::default(),
             workers: WorkerTable::default(),
             clock: AtomicU32::new(0),
             pruned: 0,
@@ -88,7 +83,7 @@ impl PrefixTree {
         let slot = self.workers.get_or_insert(batch.worker)?;
         let outcome = self.apply_events(slot, &batch.events);
         self.workers.state_mut(slot).last_seq = Some(batch.seq);
-        self.prune_if_needed();
+        self.maintain();
         Ok(outcome)
     }
 
@@ -100,7 +95,7 @@ impl PrefixTree {
         self.clear_worker(slot);
         let outcome = self.apply_events(slot, &batch.events);
         self.workers.state_mut(slot).last_seq = Some(batch.seq);
-        self.prune_if_needed();
+        self.maintain();
         Ok(outcome)
     }
 
@@ -113,6 +108,7 @@ impl PrefixTree {
         let blocks = self.workers.state(slot).blocks;
         self.drop_holdings(slot);
         self.workers.remove(worker);
+        self.maintain();
         Ok(blocks)
     }
 
@@ -120,32 +116,72 @@ impl PrefixTree {
     /// With `early_exit`, stops once a single worker is left matching.
     pub fn find_matches(&self, seq_hashes: &[SeqHash], early_exit: bool) -> OverlapScores {
         let tick = self.tick();
-        let bound = self.workers.slot_bound();
-        let mut depth = vec![0u32; bound];
-        let mut tiers = vec![TierDepths::default(); bound];
-        for (i, seq) in seq_hashes.iter().enumerate() {
-            let Some(node) = self.nodes.get(seq) else {
+        let mut matching: Vec<Matching> = Vec::new();
+        let mut done: Vec<(u32, TierDepths)> = Vec::new();
+        let mut current_set = SetId::EMPTY;
+        let mut previous: Option<u32> = None;
+        let mut matched = 0u32;
+        for (i, &seq) in seq_hashes.iter().enumerate() {
+            let i = i as u32;
+            let found = match previous {
+                Some(prev) => self.arena.find_after(prev, seq),
+                None => self.arena.find(seq),
+            };
+            let Some(index) = found else {
                 break;
             };
+            let node = self.arena.node(index);
             node.touch(tick);
-            let mut alive = 0;
-            for holding in node.owners.as_slice(&self.spill) {
-                let slot = holding.slot() as usize;
-                if depth[slot] == i as u32 {
-                    depth[slot] += 1;
-                    tiers[slot].add(holding.tiers().best());
-                    alive += 1;
+            if node.owners != current_set {
+                let holdings = self.sets.holdings(node.owners);
+                if i == 0 {
+                    matching = holdings
+                        .iter()
+                        .map(|h| Matching {
+                            slot: h.slot(),
+                            tier: h.tiers().best(),
+                            run_start: 0,
+                            depths: TierDepths::default(),
+                        })
+                        .collect();
+                } else {
+                    matching.retain_mut(|m| {
+                        match holdings.binary_search_by_key(&m.slot, |h| h.slot()) {
+                            Ok(j) => {
+                                let tier = holdings[j].tiers().best();
+                                if tier != m.tier {
+                                    m.close_run(i);
+                                    m.tier = tier;
+                                }
+                                true
+                            }
+                            Err(_) => {
+                                m.close_run(i);
+                                done.push((m.slot, m.depths));
+                                false
+                            }
+                        }
+                    });
                 }
+                current_set = node.owners;
             }
-            if alive == 0 || (early_exit && alive == 1) {
+            if matching.is_empty() {
+                break;
+            }
+            matched = i + 1;
+            previous = Some(index);
+            if early_exit && matching.len() == 1 {
                 break;
             }
         }
-        let scores = self
-            .workers
-            .iter()
-            .filter(|(slot, _)| depth[*slot as usize] > 0)
-            .map(|(slot, state)| (state.id, tiers[slot as usize]))
+        for mut m in matching {
+            m.close_run(matched);
+            done.push((m.slot, m.depths));
+        }
+        done.sort_unstable_by_key(|(slot, _)| *slot);
+        let scores = done
+            .into_iter()
+            .map(|(slot, depths)| (self.workers.state(slot).id, depths))
             .collect();
         OverlapScores { scores }
     }
@@ -161,26 +197,17 @@ impl PrefixTree {
         let slot = self.workers.get_or_insert(worker)?;
         let tick = self.tick();
         for &seq in seq_hashes {
-            match self.nodes.entry(seq) {
-                Entry::Vacant(vacant) => {
-                    vacant.insert(Node::new(Owners::One(Holding::approximate(slot)), tick));
-                }
-                Entry::Occupied(occupied) => {
-                    let node = occupied.into_mut();
-                    node.touch(tick);
-                    match node.owners.get(&self.spill, slot) {
-                        Some(held) if !held.is_approximate() => continue,
-                        Some(_) => {}
-                        None => {
-                            node.owners.set(&mut self.spill, Holding::approximate(slot));
-                        }
-                    }
-                }
+            if self
+                .holding_of(seq, slot)
+                .is_some_and(|held| !held.is_approximate())
+            {
+                continue;
             }
+            self.put_holding(seq, Holding::approximate(slot), tick);
             self.approx_expiry.insert((seq, slot), expiry_ms);
             self.approx_queue.push(Reverse((expiry_ms, seq, slot)));
         }
-        self.prune_if_needed();
+        self.maintain();
         Ok(())
     }
 
@@ -200,21 +227,18 @@ impl PrefixTree {
                 continue;
             }
             self.approx_expiry.remove(&(seq, slot));
-            let Some(node) = self.nodes.get_mut(&seq) else {
-                continue;
-            };
-            if node
-                .owners
-                .get(&self.spill, slot)
+            if self
+                .holding_of(seq, slot)
                 .is_some_and(Holding::is_approximate)
             {
-                self.remove_holding(seq, slot);
+                self.drop_holding(seq, slot);
             }
         }
+        self.maintain();
     }
 
     pub fn num_nodes(&self) -> usize {
-        self.nodes.len()
+        self.arena.len()
     }
 
     pub fn num_approximate(&self) -> usize {
@@ -223,6 +247,71 @@ impl PrefixTree {
 
     pub fn pruned_total(&self) -> u64 {
         self.pruned
+    }
+
+    fn holding_of(&self, seq: SeqHash, slot: u32) -> Option<Holding> {
+        let index = self.arena.find(seq)?;
+        self.sets.get(self.arena.node(index).owners, slot)
+    }
+
+    /// Sets the worker's holding of `seq`, creating the node if needed;
+    /// returns the holding it replaced.
+    fn put_holding(&mut self, seq: SeqHash, holding: Holding, tick: u32) -> Option<Holding> {
+        self.update_holding(seq, holding.slot(), tick, |_| holding)
+    }
+
+    /// Sets the worker's holding of `seq` to `next(previous holding)`,
+    /// creating the node if needed; returns the previous holding.
+    fn update_holding(
+        &mut self,
+        seq: SeqHash,
+        slot: u32,
+        tick: u32,
+        next: impl FnOnce(Option<Holding>) -> Holding,
+    ) -> Option<Holding> {
+        let Some(index) = self.arena.find(seq) else {
+            let set = self.sets.with(SetId::EMPTY, next(None));
+            self.sets.acquire(set);
+            self.arena.insert(seq, set, tick);
+            return None;
+        };
+        let node = self.arena.node(index);
+        node.touch(tick);
+        let old = node.owners;
+        let previous = self.sets.get(old, slot);
+        let holding = next(previous);
+        debug_assert_eq!(holding.slot(), slot);
+        if previous != Some(holding) {
+            let new = self.sets.with(old, holding);
+            self.sets.replace(old, new);
+            self.arena.node_mut(index).owners = new;
+        }
+        previous
+    }
+
+    /// Removes the worker's holding of `seq`, dropping the node when it was
+    /// the last; keeps the worker's block count.
+    fn drop_holding(&mut self, seq: SeqHash, slot: u32) -> Option<Holding> {
+        let index = self.arena.find(seq)?;
+        let old = self.arena.node(index).owners;
+        let previous = self.sets.get(old, slot)?;
+        self.unlink(index, old, slot);
+        if !previous.is_approximate() {
+            self.workers.state_mut(slot).blocks -= 1;
+        }
+        Some(previous)
+    }
+
+    /// Moves node `index` from owner set `old` to `old` without `slot`.
+    fn unlink(&mut self, index: u32, old: SetId, slot: u32) {
+        let new = self.sets.without(old, slot);
+        if new == SetId::EMPTY {
+            self.arena.remove(index);
+            self.sets.release(old);
+        } else {
+            self.sets.replace(old, new);
+            self.arena.node_mut(index).owners = new;
+        }
     }
 
     fn validate_shape(&self, events: &[KvEvent]) -> Result<(), IndexError> {
@@ -276,9 +365,7 @@ impl PrefixTree {
         let held_before = |block: EngineBlockId| {
             slot.is_some_and(|slot| {
                 let seq = self.workers.state(slot).seq_hash_of(block);
-                self.nodes
-                    .get(&seq)
-                    .and_then(|node| node.owners.get(&self.spill, slot))
+                self.holding_of(seq, slot)
                     .is_some_and(|held| !held.is_approximate())
             })
         };
@@ -352,8 +439,8 @@ impl PrefixTree {
                         BlockContent::LocalHashes(hashes) => Cow::Borrowed(hashes),
                     };
                     let mut prev = parent.map(|p| self.workers.state(slot).seq_hash_of(p));
-                    if let Some(node) = prev.and_then(|seq| self.nodes.get(&seq)) {
-                        node.touch(tick);
+                    if let Some(index) = prev.and_then(|seq| self.arena.find(seq)) {
+                        self.arena.node(index).touch(tick);
                     }
                     for (&block, &local) in block_ids.iter().zip(locals.iter()) {
                         let seq = chain(prev, local);
@@ -385,35 +472,23 @@ impl PrefixTree {
         tier: Tier,
         tick: u32,
     ) {
-        let state = self.workers.state_mut(slot);
         if block.0 != seq.0 {
-            state.engine_ids.insert(block, seq);
+            self.workers.state_mut(slot).engine_ids.insert(block, seq);
         }
-        match self.nodes.entry(seq) {
-            Entry::Vacant(vacant) => {
-                let holding = Holding::confirmed(slot, TierSet::only(tier));
-                vacant.insert(Node::new(Owners::One(holding), tick));
-                state.blocks += 1;
+        let previous = self.update_holding(seq, slot, tick, |previous| {
+            let tiers = match previous {
+                Some(held) if !held.is_approximate() => held.tiers().with(tier),
+                _ => TierSet::only(tier),
+            };
+            Holding::confirmed(slot, tiers)
+        });
+        match previous {
+            None => self.workers.state_mut(slot).blocks += 1,
+            Some(held) if held.is_approximate() => {
+                self.workers.state_mut(slot).blocks += 1;
+                self.approx_expiry.remove(&(seq, slot));
             }
-            Entry::Occupied(occupied) => {
-                let node = occupied.into_mut();
-                node.touch(tick);
-                let previous = node.owners.get(&self.spill, slot);
-                let tiers = match previous {
-                    Some(held) if !held.is_approximate() => held.tiers().with(tier),
-                    _ => TierSet::only(tier),
-                };
-                node.owners
-                    .set(&mut self.spill, Holding::confirmed(slot, tiers));
-                match previous {
-                    None => state.blocks += 1,
-                    Some(held) if held.is_approximate() => {
-                        state.blocks += 1;
-                        self.approx_expiry.remove(&(seq, slot));
-                    }
-                    Some(_) => {}
-                }
-            }
+            Some(_) => {}
         }
     }
 
@@ -421,43 +496,19 @@ impl PrefixTree {
     fn remove_block(&mut self, slot: u32, block: EngineBlockId, tier: Tier) -> bool {
         let seq = self.workers.state(slot).seq_hash_of(block);
         let held = self
-            .nodes
-            .get(&seq)
-            .and_then(|node| node.owners.get(&self.spill, slot))
-            .filter(|held| !held.is_approximate() && held.tiers() != held.tiers().without(tier));
+            .holding_of(seq, slot)
+            .filter(|held| !held.is_approximate() && held.tiers().contains(tier));
         let Some(held) = held else {
             return false;
         };
         let remaining = held.tiers().without(tier);
         if remaining.is_empty() {
-            let state = self.workers.state_mut(slot);
-            state.engine_ids.remove(&block);
-            self.remove_holding(seq, slot);
+            self.workers.state_mut(slot).engine_ids.remove(&block);
+            self.drop_holding(seq, slot);
         } else {
-            let node = self.nodes.get_mut(&seq).expect("checked above");
-            node.owners
-                .set(&mut self.spill, Holding::confirmed(slot, remaining));
+            self.put_holding(seq, Holding::confirmed(slot, remaining), self.tick());
         }
         true
-    }
-
-    /// Removes one holding, dropping the node when it was the last.
-    fn remove_holding(&mut self, seq: SeqHash, slot: u32) {
-        let Some(node) = self.nodes.get_mut(&seq) else {
-            return;
-        };
-        let gone = match node.owners.remove(&mut self.spill, slot) {
-            Removal::Absent => return,
-            Removal::Removed(gone) => gone,
-            Removal::Emptied(gone) => {
-                let node = self.nodes.remove(&seq).expect("present");
-                node.owners.release(&mut self.spill);
-                gone
-            }
-        };
-        if !gone.is_approximate() {
-            self.workers.state_mut(slot).blocks -= 1;
-        }
     }
 
     fn clear_worker(&mut self, slot: u32) {
@@ -472,17 +523,23 @@ impl PrefixTree {
         if self.workers.state(slot).blocks == 0 && !has_approximate {
             return;
         }
-        let spill = &mut self.spill;
-        self.nodes
-            .retain(|_, node| match node.owners.remove(spill, slot) {
-                Removal::Emptied(_) => {
-                    node.owners.release(spill);
-                    false
-                }
-                _ => true,
-            });
+        for index in 0..self.arena.slots() {
+            let node = self.arena.node(index);
+            if node.is_live() && self.sets.get(node.owners, slot).is_some() {
+                let old = node.owners;
+                self.unlink(index, old, slot);
+            }
+        }
         self.approx_expiry.retain(|(_, s), _| *s != slot);
         self.workers.state_mut(slot).blocks = 0;
+    }
+
+    /// Upkeep after every write: the node bound, then squeezing the arena
+    /// and freeing unused owner sets when they pile up.
+    fn maintain(&mut self) {
+        self.prune_if_needed();
+        self.arena.compact_if_sparse();
+        self.sets.collect_garbage();
     }
 
     /// Keeps the index within `max_nodes`: past it, drops the least recently
@@ -491,34 +548,42 @@ impl PrefixTree {
         let Some(max_nodes) = self.max_nodes else {
             return;
         };
-        if self.nodes.len() <= max_nodes {
+        if self.arena.len() <= max_nodes {
             return;
         }
         let target = max_nodes - max_nodes / 10;
-        let excess = self.nodes.len() - target;
+        let excess = self.arena.len() - target;
         let now = self.clock.load(Ordering::Relaxed);
-        let mut by_age: Vec<(u32, SeqHash)> = self
-            .nodes
+        let mut by_age: Vec<(u32, u32)> = self
+            .arena
             .iter()
-            .map(|(seq, node)| {
-                (
-                    now.wrapping_sub(node.last_access.load(Ordering::Relaxed)),
-                    *seq,
-                )
-            })
+            .map(|(index, node)| (now.wrapping_sub(node.last_access()), index))
             .collect();
         by_age.select_nth_unstable_by(excess - 1, |a, b| b.0.cmp(&a.0));
-        for &(_, seq) in &by_age[..excess] {
-            let node = self.nodes.remove(&seq).expect("listed above");
-            for holding in node.owners.as_slice(&self.spill) {
+        for &(_, index) in &by_age[..excess] {
+            let seq = self.arena.node(index).seq;
+            let owners = self.arena.remove(index);
+            for holding in self.sets.holdings(owners) {
                 if holding.is_approximate() {
                     self.approx_expiry.remove(&(seq, holding.slot()));
                 } else {
                     self.workers.state_mut(holding.slot()).blocks -= 1;
                 }
             }
-            node.owners.release(&mut self.spill);
+            self.sets.release(owners);
         }
         self.pruned += excess as u64;
+    }
+
+    /// Adds one confirmed holding read from a snapshot.
+    pub(crate) fn restore_holding(&mut self, seq: SeqHash, holding: Holding) {
+        if self.put_holding(seq, holding, 0).is_none() {
+            self.workers.state_mut(holding.slot()).blocks += 1;
+        }
+    }
+
+    /// Bytes of the node arena and its table, for memory accounting.
+    pub fn node_heap_bytes(&self) -> usize {
+        self.arena.heap_bytes()
     }
 }

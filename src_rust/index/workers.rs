@@ -2,7 +2,7 @@
 //! position and engine-id mapping.
 
 use super::events::IndexError;
-use super::owners::MAX_SLOTS;
+use super::holding::MAX_SLOTS;
 use crate::ids::{EngineBlockId, SeqHash, WorkerId};
 use rustc_hash::FxHashMap;
 

@@ -1,7 +1,7 @@
 //! KV events as Python objects: `Stored`, `Removed` and `Cleared`, plus `Tier`.
 
 use super::ints::{extract_hashes, Tokens};
-use crate::hashing::namespace_seed;
+use crate::hashing::{namespace_seed, BlockHasher};
 use crate::ids::{EngineBlockId, LocalHash, Tier};
 use crate::index::{BlockContent, KvEvent};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -187,14 +187,17 @@ impl PyCleared {
 }
 
 /// The Rust events of a Python list of `Stored` / `Removed` / `Cleared`.
-pub fn extract_events(events: &Bound<'_, PyAny>) -> PyResult<Vec<KvEvent>> {
+/// Token ids are hashed here, before the index lock is taken, so the batch
+/// carries 8 bytes per block instead of a copy of its tokens.
+pub fn extract_events(events: &Bound<'_, PyAny>, block_size: usize) -> PyResult<Vec<KvEvent>> {
     events
         .try_iter()?
         .enumerate()
         .map(|(index, item)| {
             let item = item?;
             if let Ok(stored) = item.cast::<PyStored>() {
-                Ok(stored.get().0.clone())
+                hashed(&stored.get().0, block_size)
+                    .map_err(|reason| PyValueError::new_err(format!("event {index}: {reason}")))
             } else if let Ok(removed) = item.cast::<PyRemoved>() {
                 Ok(removed.get().0.clone())
             } else if item.cast::<PyCleared>().is_ok() {
@@ -207,4 +210,44 @@ pub fn extract_events(events: &Bound<'_, PyAny>) -> PyResult<Vec<KvEvent>> {
             }
         })
         .collect()
+}
+
+/// A stored event with its tokens replaced by their local hashes.
+fn hashed(event: &KvEvent, block_size: usize) -> Result<KvEvent, String> {
+    let KvEvent::Stored {
+        parent,
+        block_ids,
+        content,
+        tier,
+        namespace_seed,
+    } = event
+    else {
+        unreachable!("PyStored holds a Stored event")
+    };
+    if block_ids.is_empty() {
+        return Err("stored event has no blocks".into());
+    }
+    let content = match content {
+        BlockContent::Tokens(tokens) => {
+            let needed = block_ids.len() * block_size;
+            if tokens.len() != needed {
+                return Err(format!(
+                    "stored event has {} tokens for {} blocks; with block_size {block_size} it needs {needed}",
+                    tokens.len(),
+                    block_ids.len()
+                ));
+            }
+            BlockContent::LocalHashes(
+                BlockHasher::new(block_size, *namespace_seed).local_hashes(tokens),
+            )
+        }
+        BlockContent::LocalHashes(hashes) => BlockContent::LocalHashes(hashes.clone()),
+    };
+    Ok(KvEvent::Stored {
+        parent: *parent,
+        block_ids: block_ids.clone(),
+        content,
+        tier: *tier,
+        namespace_seed: *namespace_seed,
+    })
 }

@@ -70,14 +70,14 @@ impl From<ApplyOutcome> for PyApplyOutcome {
 }
 
 impl PyApplyOutcome {
-    fn rejected(error: IndexError) -> Self {
+    fn rejected(error: String) -> Self {
         PyApplyOutcome {
             status: "rejected",
             expected_seq: None,
             blocks_stored: 0,
             blocks_removed: 0,
             unknown_removals: 0,
-            error: Some(error.to_string()),
+            error: Some(error),
         }
     }
 }
@@ -176,7 +176,7 @@ impl PyPrefixIndex {
         let batch = EventBatch {
             worker: WorkerId(worker_id),
             seq,
-            events: extract_events(events)?,
+            events: extract_events(events, self.0.block_size())?,
         };
         py.detach(|| self.0.apply(&batch, strict))
             .map(Into::into)
@@ -192,22 +192,30 @@ impl PyPrefixIndex {
         batches: Vec<(u64, u64, Bound<'_, PyAny>)>,
         strict: bool,
     ) -> PyResult<Vec<PyApplyOutcome>> {
-        let batches = batches
-            .iter()
-            .map(|(worker, seq, events)| {
-                Ok(EventBatch {
-                    worker: WorkerId(*worker),
-                    seq: *seq,
-                    events: extract_events(events)?,
-                })
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        let results = py.detach(|| self.0.apply_many(&batches, strict));
-        Ok(results
+        let mut valid = Vec::with_capacity(batches.len());
+        let mut extraction: Vec<Option<String>> = Vec::with_capacity(batches.len());
+        for (worker, seq, events) in &batches {
+            match extract_events(events, self.0.block_size()) {
+                Ok(events) => {
+                    valid.push(EventBatch {
+                        worker: WorkerId(*worker),
+                        seq: *seq,
+                        events,
+                    });
+                    extraction.push(None);
+                }
+                Err(error) => extraction.push(Some(error.to_string())),
+            }
+        }
+        let mut results = py.detach(|| self.0.apply_many(&valid, strict)).into_iter();
+        Ok(extraction
             .into_iter()
-            .map(|result| match result {
-                Ok(outcome) => outcome.into(),
-                Err(error) => PyApplyOutcome::rejected(error),
+            .map(|failure| match failure {
+                Some(reason) => PyApplyOutcome::rejected(reason),
+                None => match results.next().expect("one result per valid batch") {
+                    Ok(outcome) => outcome.into(),
+                    Err(error) => PyApplyOutcome::rejected(error.to_string()),
+                },
             })
             .collect())
     }
@@ -224,7 +232,7 @@ impl PyPrefixIndex {
         let batch = EventBatch {
             worker: WorkerId(worker_id),
             seq,
-            events: extract_events(events)?,
+            events: extract_events(events, self.0.block_size())?,
         };
         py.detach(|| self.0.resync(&batch))
             .map(Into::into)
