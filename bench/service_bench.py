@@ -57,7 +57,7 @@ BLOCK = 16
 VOCAB = 150_000
 IN_FLIGHT = 64
 PROMPTS_PER_SIZE = 64
-ROUNDS = 4
+ROUNDS = 8
 RESULTS = Path(__file__).resolve().parent / "results" / "service_bench.json"
 OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),

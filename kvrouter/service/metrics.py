@@ -16,7 +16,27 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
-LATENCY_BUCKETS = (2.5e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 5e-2, 0.25, 1.0)
+LATENCY_BUCKETS = (
+    1e-5,
+    2.5e-5,
+    5e-5,
+    7.5e-5,
+    1e-4,
+    1.5e-4,
+    2e-4,
+    3e-4,
+    5e-4,
+    7.5e-4,
+    1e-3,
+    1.5e-3,
+    2e-3,
+    3e-3,
+    5e-3,
+    1e-2,
+    5e-2,
+    0.25,
+    1.0,
+)
 RATIO_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
 LAG_BUCKETS = (1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0, 5.0, 30.0)
 
