@@ -1,0 +1,48 @@
+"""Prompts and request builders shared by the worker and disaggregation tests."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from kvrouter.proto_gen import generation_pb2 as gen
+
+BLOCK = 16
+
+
+def prompt(seed: int, length: int, vocab: int = 256) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(3, vocab) for _ in range(length)]
+
+
+def request(tokens: list[int], max_tokens: int, request_id: str = "", **sampling):
+    return gen.GenerateRequest(
+        request_id=request_id,
+        tokens=tokens,
+        sampling=gen.SamplingParams(max_tokens=max_tokens, ignore_eos=True, **sampling),
+    )
+
+
+def collect(stream) -> tuple[list[int], list]:
+    """All tokens of a GenerateResponse stream, and its messages."""
+    messages = list(stream)
+    return [t for m in messages for t in m.token_ids], messages
+
+
+def wait_until(predicate, timeout: float = 20.0, what: str = "condition") -> None:
+    """Polls `predicate` (state that changes asynchronously; no timing is asserted)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def idle(status) -> bool:
+    """Nothing running, nothing pinned, no lease."""
+    return (
+        status.running_requests == 0
+        and status.waiting_requests == 0
+        and status.leases == 0
+        and status.blocks_in_use == 0
+    )
