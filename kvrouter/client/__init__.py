@@ -2,7 +2,8 @@
 registration (`WorkerRegistration`) and KV event publishing
 (`KvEventPublisher`)."""
 
-from kvrouter.client.publisher import EventCollector, KvEventPublisher
+from kvrouter.client.event_sink import EventCollector
+from kvrouter.client.publisher import KvEventPublisher
 from kvrouter.client.router import AsyncRouterClient, RouterClient
 from kvrouter.client.types import (
     Candidate,
