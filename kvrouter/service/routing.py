@@ -156,10 +156,10 @@ class RouterService(router_pb2_grpc.RouterServicer):
         }.get(event)
         if handler is None:
             raise invalid("event must be PREFILL_DONE, FINISHED or CANCELLED")
-        try:
-            handler(request_id)
-        except KeyError:
-            raise not_found(f"request {request_id!r} is not in flight") from None
+        # The policy answers False for a request it has not booked (None when
+        # it does not say).
+        if handler(request_id) is False:
+            raise not_found(f"request {request_id!r} is not in flight")
         log.info(
             "lifecycle",
             extra={"fields": {"request_id": request_id, "event": pb.LifecycleEvent.Name(event)}},
