@@ -114,9 +114,9 @@ def test_a_passed_deadline_is_deadline_exceeded(router):
     router.worker(1)
     client = router.client()
     with pytest.raises(DeadlineExceeded):
-        client.route(prompt(seed=1, blocks=8), timeout=0)
-    # Whether or not the router saw it, the router still routes.
-    assert client.route(prompt(seed=1, blocks=8)).decode_worker == 1
+        client.route(prompt(seed=1, blocks=8), request_id="late", timeout=-1)
+    # Nothing was booked for it: the same request id routes.
+    assert client.route(prompt(seed=1, blocks=8), request_id="late").decode_worker == 1
 
 
 def test_route_stream_reports_errors_per_request(router):
