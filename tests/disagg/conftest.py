@@ -1,0 +1,55 @@
+"""One deployment per test module, started for real on 127.0.0.1: a router
+and 2 prefill + 2 decode workers, each its own process, running a tiny
+random-weight model. After every test no worker may hold a request, a
+lease or a pinned block."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvrouter.demo.cluster import LocalCluster
+from kvrouter.engine import EngineConfig, LLMEngine, SamplingParams
+from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint
+
+from .helpers import all_idle, wait_until
+
+ROLES = ["prefill", "prefill", "decode", "decode"]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-llama"), "llama", seed=11)
+
+
+@pytest.fixture(scope="session")
+def reference(tiny_model):
+    """Greedy tokens from a plain engine without prefix caching."""
+    engine = LLMEngine(EngineConfig(model=str(tiny_model), enable_prefix_caching=False))
+
+    def generate(prompt: list[int], max_tokens: int) -> list[int]:
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        return engine.generate([prompt], params)[0].token_ids
+
+    return generate
+
+
+def start_cluster(model, tmp_path_factory, router_env: dict, worker_args: list[str]):
+    cluster = LocalCluster(
+        model,
+        ROLES,
+        router_env={"KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS": "64", **router_env},
+        worker_args=["--num-kv-blocks", "512", *worker_args],
+        log_dir=tmp_path_factory.mktemp("cluster-logs"),
+    )
+    return cluster.start()
+
+
+@pytest.fixture
+def settled(cluster):
+    """Restarts workers a test killed, and checks that nothing stays pinned."""
+    yield cluster
+    for worker_id, process in cluster.workers.items():
+        if process.poll() is not None:
+            cluster.start_worker(worker_id)
+    cluster.wait_for_workers()
+    wait_until(lambda: all_idle(cluster), what="every worker to be idle")

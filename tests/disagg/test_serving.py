@@ -1,0 +1,105 @@
+"""Proxied generation through the router over real processes: split output
+equals aggregated output, later turns follow their prefix, the decode worker
+prefills locally when it already holds almost the whole prompt, and
+cancelled or late requests leave nothing behind."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from kvrouter.client import DeadlineExceeded, InvalidArgument
+from kvrouter.proto_gen import generation_pb2 as gen
+from kvrouter.proto_gen import router_pb2_grpc
+
+from .conftest import start_cluster
+from .helpers import BLOCK, all_idle, generate, overlap, prompt, wait_until
+
+
+@pytest.fixture(scope="module")
+def cluster(tiny_model, tmp_path_factory):
+    cluster = start_cluster(tiny_model, tmp_path_factory, {}, [])
+    yield cluster
+    cluster.stop()
+
+
+def test_split_generation_equals_aggregated(settled, reference):
+    for length in (65, 200, 333):
+        tokens = prompt(length, length)
+        result = generate(settled.target, tokens, 16)
+        assert result.stats.disaggregated
+        assert result.prefill_worker in (1, 2) and result.decode_worker in (3, 4)
+        assert result.token_ids == reference(tokens, 16)
+        assert result.finish_reason == "length"
+        assert result.stats.blocks_transferred + result.stats.blocks_reused == length // BLOCK
+
+
+def test_first_token_only(settled, reference):
+    tokens = prompt(7, 150)
+    result = generate(settled.target, tokens, 1)
+    assert result.token_ids == reference(tokens, 1)
+    assert result.prefill_worker in (1, 2) and result.finish_reason == "length"
+
+
+def test_second_turn_follows_its_prefix_and_moves_only_new_blocks(settled, reference):
+    first = prompt(1, 300)
+    turn1 = generate(settled.target, first, 8)
+    assert turn1.stats.disaggregated
+    second = first + turn1.token_ids + prompt(2, 200)
+    # The decode worker's events (imported and computed blocks) reach the router.
+    wait_until(
+        lambda: overlap(settled.target, second, turn1.decode_worker) >= len(first) // BLOCK,
+        what="the first turn's blocks in the router's index",
+    )
+    turn2 = generate(settled.target, second, 8)
+    assert turn2.token_ids == reference(second, 8)
+    assert turn2.stats.disaggregated
+    assert turn2.decode_worker == turn1.decode_worker
+    assert turn2.prefill_worker == turn1.prefill_worker
+    assert turn2.stats.cached_tokens >= len(first) // BLOCK * BLOCK
+    reused, moved = turn2.stats.blocks_reused, turn2.stats.blocks_transferred
+    assert reused >= len(first) // BLOCK
+    assert moved == len(second) // BLOCK - reused
+
+
+def test_decode_worker_prefills_locally_when_it_holds_almost_everything(settled, reference):
+    first = prompt(3, 300)
+    turn1 = generate(settled.target, first, 8)
+    second = first + turn1.token_ids + prompt(4, 20)
+    wait_until(
+        lambda: overlap(settled.target, second, turn1.decode_worker) >= len(first) // BLOCK,
+        what="the first turn's blocks in the router's index",
+    )
+    turn2 = generate(settled.target, second, 8)
+    assert turn2.token_ids == reference(second, 8)
+    assert not turn2.stats.disaggregated and turn2.prefill_worker is None
+    assert turn2.decode_worker == turn1.decode_worker
+    assert turn2.stats.cached_tokens >= len(first) // BLOCK * BLOCK
+
+
+def test_cancelled_request_is_aborted_on_the_workers(settled):
+    with grpc.insecure_channel(settled.target) as channel:
+        call = router_pb2_grpc.RouterStub(channel).Generate(
+            gen.GenerateRequest(
+                tokens=prompt(5, 200),
+                sampling=gen.SamplingParams(max_tokens=1500, ignore_eos=True),
+            )
+        )
+        next(call)
+        call.cancel()
+    wait_until(lambda: all_idle(settled), what="the request to be aborted everywhere")
+
+
+def test_deadline_ends_the_request_cleanly(settled):
+    with pytest.raises(DeadlineExceeded):
+        generate(settled.target, prompt(6, 200), 1500, timeout=0.5)
+    wait_until(lambda: all_idle(settled), what="the request to be aborted everywhere")
+
+
+def test_bad_input_is_refused(settled):
+    with pytest.raises(InvalidArgument):
+        generate(settled.target, [], 4)
+    with pytest.raises(InvalidArgument):
+        generate(settled.target, [1, 2, 3], 0)
+    with pytest.raises(InvalidArgument, match=r"\[0, 256\)"):
+        generate(settled.target, [1, 2, 100_000], 4)
