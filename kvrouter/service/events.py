@@ -50,14 +50,20 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
         self.workers = workers
         self.metrics = metrics
         self._streams: dict[int, _Stream] = {}
-        # Workers whose stream skipped ahead: the batch number awaited.
+        # Workers whose index entries await a resync: the batch number expected.
         self._awaiting: dict[int, int] = {}
 
     def _expected(self, worker_id: int) -> int:
         return self.index.workers().get(worker_id, (0, 0))[1]
 
     def request_resync(self, worker_id: int, reason: str) -> None:
-        """Marks the worker stale and asks its open stream (if any) for a resync."""
+        """Asks the worker's open stream for a resync and marks the worker stale
+        until it arrives. Without an open stream there is nothing to ask: the
+        hello of the worker's next stream compares positions anyway, and a
+        worker that publishes no events must not be left unroutable."""
+        stream = self._streams.get(worker_id)
+        if stream is None:
+            return
         expected = self._expected(worker_id)
         self._awaiting[worker_id] = expected
         self.workers.set_stale(worker_id, True)
@@ -66,11 +72,7 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
             "resync requested",
             extra={"fields": {"worker_id": worker_id, "expected_seq": expected, "reason": reason}},
         )
-        stream = self._streams.get(worker_id)
-        if stream is not None:
-            stream.send(
-                pb.PublishReply(resync=pb.ResyncRequest(expected_seq=expected, reason=reason))
-            )
+        stream.send(pb.PublishReply(resync=pb.ResyncRequest(expected_seq=expected, reason=reason)))
 
     def close_stream(self, worker_id: int, reason: str) -> None:
         """Ends the worker's stream (it left or lapsed) and forgets its resync."""

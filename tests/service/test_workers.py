@@ -91,3 +91,17 @@ def test_heartbeats_carry_load_and_reregister_after_a_router_restart(start_route
     router.on_loop(router.server.workers.remove, 2, "test")
     wait_until(lambda: worker_ids(router) == [2], what="re-registration")
     assert registration.registrations >= 2
+
+
+def test_a_returning_worker_without_events_is_routable_again(start_router):
+    router = start_router(**FAST)
+    request = pb.RegisterRequest(
+        worker_id=6, role=pb.ROLE_BOTH, block_size=BLOCK, capacity_blocks=100
+    )
+    with grpc.insecure_channel(router.target) as channel:
+        registry = router_pb2_grpc.RegistryStub(channel)
+        registry.Register(request)
+        wait_until(lambda: worker_ids(router) == [], what="worker 6 to expire")
+        registry.Register(request)
+    assert router.client().list_workers()[0].routable
+    assert router.client().route(prompt(seed=2, blocks=2)).decode_worker == 6
