@@ -35,8 +35,7 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
                 capacity_blocks=request.capacity_blocks,
                 metadata=dict(request.metadata),
             )
-            if self.workers.register(record):
-                self.events.request_resync(worker_id, "the worker returned after expiring")
+            self.workers.register(record)
         except ServiceError as e:
             await context.abort(e.code, e.message)
         return pb.RegisterResponse(

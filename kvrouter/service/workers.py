@@ -42,8 +42,6 @@ class WorkerTable:
         self.index = index
         self.ttl_s = heartbeat_ttl_s
         self._workers: dict[int, WorkerRecord] = {}
-        # Workers dropped for missing heartbeats: their return needs a resync.
-        self._expired: set[int] = set()
 
     def __contains__(self, worker_id: int) -> bool:
         return worker_id in self._workers
@@ -71,8 +69,9 @@ class WorkerTable:
     def next_id(self) -> int:
         return max(self._workers, default=0) + 1
 
-    def register(self, record: WorkerRecord) -> bool:
-        """Adds or updates a worker; True when it returns after expiring."""
+    def register(self, record: WorkerRecord) -> None:
+        """Adds or updates a worker. One that returns after expiring starts
+        with no index entries; its next event stream's hello asks for a resync."""
         if record.role not in ROLES:
             raise invalid(f"role must be one of {', '.join(ROLES)}")
         if record.block_size != self.index.block_size:
@@ -88,8 +87,6 @@ class WorkerTable:
         self.router.upsert_worker(record.worker_id, record.role, record.capacity_blocks)
         self.router.set_healthy(record.worker_id, not record.stale)
         self._workers[record.worker_id] = record
-        returning = record.worker_id in self._expired
-        self._expired.discard(record.worker_id)
         log.info(
             "worker registered",
             extra={
@@ -97,11 +94,9 @@ class WorkerTable:
                     "worker_id": record.worker_id,
                     "role": record.role,
                     "address": record.address,
-                    "returning": returning,
                 }
             },
         )
-        return returning
 
     def heartbeat(self, worker_id: int, queued: int, decode_blocks: int, requests: int) -> None:
         record = self.get(worker_id)
@@ -134,5 +129,4 @@ class WorkerTable:
         lapsed = [w for w, r in self._workers.items() if now - r.last_heartbeat > self.ttl_s]
         for worker_id in lapsed:
             self.remove(worker_id, f"no heartbeat for {self.ttl_s:g}s")
-            self._expired.add(worker_id)
         return lapsed
