@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--attention-backend", default="auto", choices=("auto", "torch", "triton"))
     parser.add_argument("--lease-ms", type=int, default=30_000, help="hand-off pin TTL")
+    parser.add_argument(
+        "--fetch-timeout-s", type=float, default=10.0, help="decode side: wait for a hand-off"
+    )
     parser.add_argument("--torch-threads", type=int, default=1, help="0: torch's default")
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--log-format", default="json", choices=("json", "text"))
@@ -63,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         attention_backend=args.attention_backend,
         lease_ms=args.lease_ms,
+        fetch_timeout_s=args.fetch_timeout_s,
         torch_threads=args.torch_threads,
     )
     try:

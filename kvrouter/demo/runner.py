@@ -8,7 +8,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from kvrouter.client.generate import GenerateClient, Generation
+from kvrouter.client.generate import GenerateClient, Generation, GenerationStats
 from kvrouter.demo.progress import ProgressBar
 from kvrouter.demo.workload import Session
 
@@ -19,6 +19,9 @@ class TurnResult:
     turn: int
     prompt_tokens: int
     result: Generation
+    # As the client saw them: first token, and second token (after the hand-off).
+    client_ttft_ms: float
+    client_second_token_ms: float
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,25 @@ class WorkloadRun:
     policy: str
     turns: list[TurnResult]
     wall_s: float
+
+
+async def _generate(client: GenerateClient, tokens: list[int], max_tokens: int):
+    result = Generation()
+    started = time.perf_counter()
+    times: list[float] = []
+    async for chunk in client.stream(tokens, max_tokens=max_tokens, ignore_eos=True):
+        now = time.perf_counter()
+        times += [now] * len(chunk.token_ids)
+        result.request_id = chunk.request_id
+        result.token_ids += chunk.token_ids
+        result.prefill_worker = chunk.prefill_worker
+        result.decode_worker = chunk.decode_worker
+        if chunk.finish_reason is not None:
+            result.finish_reason = chunk.finish_reason
+            result.stats = chunk.stats or GenerationStats()
+    ttft = (times[0] - started) * 1000.0
+    second = (times[1] - started) * 1000.0 if len(times) > 1 else ttft
+    return result, ttft, second
 
 
 async def run_workload(
@@ -46,8 +68,10 @@ async def run_workload(
             history: list[int] = []
             for index, new_tokens in enumerate(session.turns):
                 history += new_tokens
-                result = await client.generate(history, max_tokens=max_tokens, ignore_eos=True)
-                turns.append(TurnResult(session.name, index + 1, len(history), result))
+                result, ttft, second = await _generate(client, history, max_tokens)
+                turns.append(
+                    TurnResult(session.name, index + 1, len(history), result, ttft, second)
+                )
                 history += result.token_ids
                 if bar is not None:
                     bar.advance()

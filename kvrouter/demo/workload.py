@@ -23,7 +23,13 @@ def _tokens(rng: random.Random, count: int, vocab: int) -> list[int]:
 
 
 def build_workload(
-    *, chats: int = 4, agents: int = 2, vocab: int = 256, seed: int = 0
+    *,
+    chats: int = 4,
+    agents: int = 2,
+    chat_turns: int = 3,
+    agent_steps: int = 4,
+    vocab: int = 256,
+    seed: int = 0,
 ) -> list[Session]:
     rng = random.Random(seed)
     system_prompt = _tokens(rng, 160, vocab)
@@ -31,10 +37,10 @@ def build_workload(
     sessions = []
     for i in range(chats):
         first = system_prompt + _tokens(rng, rng.randrange(240, 480), vocab)
-        follow_ups = [_tokens(rng, rng.randrange(24, 64), vocab) for _ in range(2)]
+        follow_ups = [_tokens(rng, rng.randrange(24, 64), vocab) for _ in range(chat_turns - 1)]
         sessions.append(Session(f"chat-{i + 1}", [first, *follow_ups]))
     for i in range(agents):
         task = tool_spec + _tokens(rng, 64, vocab)
-        tool_outputs = [_tokens(rng, rng.randrange(96, 240), vocab) for _ in range(3)]
+        tool_outputs = [_tokens(rng, rng.randrange(96, 240), vocab) for _ in range(agent_steps - 1)]
         sessions.append(Session(f"agent-{i + 1}", [task, *tool_outputs]))
     return sessions

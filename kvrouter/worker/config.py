@@ -28,6 +28,9 @@ class WorkerConfig:
     attention_backend: str = "auto"
     # A prefilled hand-off's blocks are released after this long without a Release.
     lease_ms: int = 30_000
+    # Longest a decode worker waits for a hand-off's blocks before it gives up
+    # on the prefill worker (and reports ABORTED).
+    fetch_timeout_s: float = 10.0
     # Upper bound on one FetchBlocks chunk.
     max_chunk_bytes: int = 1 << 20
     # Torch CPU threads per worker; 0 keeps torch's default.
@@ -36,8 +39,8 @@ class WorkerConfig:
     def validate(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
-        if self.lease_ms <= 0:
-            raise ValueError("lease_ms must be positive")
+        if self.lease_ms <= 0 or self.fetch_timeout_s <= 0:
+            raise ValueError("lease_ms and fetch_timeout_s must be positive")
         if self.max_chunk_bytes < 1024:
             raise ValueError("max_chunk_bytes must be at least 1024")
         if self.torch_threads < 0:

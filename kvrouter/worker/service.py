@@ -279,6 +279,11 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 "(another namespace or block size?)"
             )
 
+    def _fetch_timeout(self, context) -> float:
+        remaining = context.time_remaining()
+        limit = self.config.fetch_timeout_s
+        return limit if remaining is None else min(limit, remaining)
+
     async def Decode(self, request, context):
         handoff = request.handoff
         try:
@@ -302,7 +307,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                         handoff.request_id,
                         missing,
                         self.layout,
-                        context.time_remaining(),
+                        self._fetch_timeout(context),
                     )
                 except TransferError as e:
                     source = handoff.prefill_address

@@ -5,10 +5,12 @@
 FetchBlocks RPC. A GPU-direct backend (NIXL, or NCCL send/recv) implements
 the same `fetch` and leaves the rest of the hand-off unchanged.
 
-On the wire each block travels as one slice per layer (its keys, then its
-values), cut into chunks of at most `max_chunk_bytes`. The receiver checks
-that every slice arrives whole and in order; the block hashes themselves are
-checked against the request's tokens when the blocks are imported.
+On the wire the blocks travel in stream order (block by block, layer by
+layer, keys then values) as one byte stream, cut into chunks of at most
+`max_chunk_bytes`; each chunk names the block, layer and offset it starts
+at. The receiver checks that the chunks arrive in order and add up to the
+blocks asked for; the block hashes themselves are checked against the
+request's tokens when the blocks are imported.
 """
 
 from __future__ import annotations
@@ -48,81 +50,65 @@ class KvTransfer(Protocol):
         Raises TransferError."""
 
 
+def _stream_order(data: torch.Tensor) -> torch.Tensor:
+    """[2, layers, blocks, ...] -> [blocks, layers, 2, ...]: block by block,
+    layer by layer, keys then values."""
+    return data.permute(2, 1, 0, 3, 4, 5)
+
+
 def block_chunks(blocks: KvBlocks, max_chunk_bytes: int) -> Iterator[wpb.BlockChunk]:
-    """What FetchBlocks streams: per block, per layer, keys then values."""
-    _, num_layers, num_blocks = blocks.data.shape[:3]
-    for index in range(num_blocks):
-        block_id = blocks.block_ids[index]
-        for layer in range(num_layers):
-            data = _slice_bytes(blocks.data[:, layer, index])
-            for offset in range(0, len(data), max_chunk_bytes):
-                yield wpb.BlockChunk(
-                    block_id=block_id,
-                    layer=layer,
-                    offset=offset,
-                    data=data[offset : offset + max_chunk_bytes],
-                )
-
-
-def _slice_bytes(tensor: torch.Tensor) -> bytes:
-    return tensor.contiguous().cpu().view(torch.uint8).numpy().tobytes()
+    """What FetchBlocks streams: the blocks' bytes in stream order, cut into
+    chunks that each name the (block, layer, offset) they start at."""
+    layout = blocks.layout
+    payload = _stream_order(blocks.data).contiguous().cpu().view(torch.uint8).numpy().tobytes()
+    per_block = layout.bytes_per_block
+    per_layer = per_block // layout.num_layers
+    for start in range(0, len(payload), max_chunk_bytes):
+        index, within = divmod(start, per_block)
+        layer, offset = divmod(within, per_layer)
+        yield wpb.BlockChunk(
+            block_id=blocks.block_ids[index],
+            layer=layer,
+            offset=offset,
+            data=payload[start : start + max_chunk_bytes],
+        )
 
 
 class _Assembler:
-    """Lays received slices out as KvBlocks.from_bytes expects:
-    [2, layers, blocks, block_size, heads, head_dim]."""
+    """Checks that chunks arrive in stream order and whole, then rebuilds the
+    KvBlocks layout [2, layers, blocks, block_size, heads, head_dim]."""
 
     def __init__(self, block_ids: list[int], layout: KvLayout) -> None:
         self.block_ids = block_ids
         self.layout = layout
-        self.half = layout.bytes_per_block // (2 * layout.num_layers)
-        self.payload = bytearray(len(block_ids) * layout.bytes_per_block)
-        self.expected = [
-            (i, layer) for i in range(len(block_ids)) for layer in range(layout.num_layers)
-        ]
-        self.position = 0  # index into expected
-        self.offset = 0  # bytes of the current slice received
+        self.total = len(block_ids) * layout.bytes_per_block
+        self.payload = bytearray()
 
     def add(self, chunk: wpb.BlockChunk) -> None:
-        if self.position >= len(self.expected):
+        layout = self.layout
+        per_block = layout.bytes_per_block
+        index, within = divmod(len(self.payload), per_block)
+        layer, offset = divmod(within, per_block // layout.num_layers)
+        if index >= len(self.block_ids) or len(self.payload) + len(chunk.data) > self.total:
             raise TransferError("more KV data than the blocks requested")
-        index, layer = self.expected[self.position]
-        if (
-            chunk.block_id != self.block_ids[index]
-            or chunk.layer != layer
-            or chunk.offset != self.offset
-            or self.offset + len(chunk.data) > 2 * self.half
-        ):
+        if (chunk.block_id, chunk.layer, chunk.offset) != (self.block_ids[index], layer, offset):
             raise TransferError(
                 f"unexpected chunk (block {chunk.block_id}, layer {chunk.layer}, offset "
                 f"{chunk.offset}); expected block {self.block_ids[index]}, layer {layer}, "
-                f"offset {self.offset}"
+                f"offset {offset}"
             )
-        for part, start, end in self._places(index, layer, len(chunk.data)):
-            self.payload[start:end] = chunk.data[part : part + end - start]
-        self.offset += len(chunk.data)
-        if self.offset == 2 * self.half:
-            self.position += 1
-            self.offset = 0
-
-    def _places(self, index: int, layer: int, length: int):
-        """(offset into the chunk, start, end in the payload) for the key and
-        value parts the chunk covers."""
-        num_layers, num_blocks = self.layout.num_layers, len(self.block_ids)
-        begin, stop = self.offset, self.offset + length
-        for kv in (0, 1):
-            lo, hi = max(begin, kv * self.half), min(stop, (kv + 1) * self.half)
-            if lo < hi:
-                base = ((kv * num_layers + layer) * num_blocks + index) * self.half
-                yield lo - begin, base + lo - kv * self.half, base + hi - kv * self.half
+        self.payload += chunk.data
 
     def finish(self) -> FetchedBlocks:
-        if self.position != len(self.expected):
-            raise TransferError(
-                f"the stream ended after {self.position} of {len(self.expected)} block layers"
-            )
-        blocks = KvBlocks.from_bytes(self.block_ids, bytes(self.payload), self.layout)
-        return FetchedBlocks(blocks, len(self.payload))
+        if len(self.payload) != self.total:
+            raise TransferError(f"the stream ended after {len(self.payload)} of {self.total} bytes")
+        two, num_layers, block_size, heads, head_dim = self.layout.block_shape
+        raw = torch.frombuffer(self.payload, dtype=torch.uint8).view(
+            getattr(torch, self.layout.dtype)
+        )
+        ordered = raw.view(len(self.block_ids), num_layers, two, block_size, heads, head_dim)
+        data = ordered.permute(2, 1, 0, 3, 4, 5).contiguous()
+        return FetchedBlocks(KvBlocks(list(self.block_ids), data), self.total)
 
 
 class GrpcKvTransfer:
