@@ -20,6 +20,7 @@ region, from numpy arrays, and lists of its sequence hashes.
 from __future__ import annotations
 
 import argparse
+import array
 import ctypes
 import gc
 import json
@@ -431,11 +432,12 @@ def bench_hashing(scale: Scale, rng: np.random.Generator) -> list[dict]:
     rows = []
     bar = progress(len(HASH_TOKENS), "hashing")
     for n in HASH_TOKENS:
-        array = rng.integers(0, VOCAB, n, dtype=np.uint32)
-        tokens = array.tolist()
+        tokens_np = rng.integers(0, VOCAB, n, dtype=np.uint32)
+        tokens = tokens_np.tolist()
         seconds = {
             "kvrouter_list": lambda t=tokens: kvrouter.hash_tokens(t, BLOCK_SIZE),
-            "kvrouter_numpy": lambda a=array: kvrouter.hash_tokens(a, BLOCK_SIZE),
+            "kvrouter_numpy": lambda a=tokens_np: kvrouter.hash_tokens(a, BLOCK_SIZE),
+            "kvrouter_compact": lambda a=tokens_np: kvrouter.hash_tokens_array(a, BLOCK_SIZE),
             "dynamo_list": lambda t=tokens: dynamo.compute_block_hash_for_seq(t, BLOCK_SIZE),
         }
         row: dict = {"tokens": n}
@@ -443,6 +445,7 @@ def bench_hashing(scale: Scale, rng: np.random.Generator) -> list[dict]:
             row[f"{name}_mtok_s"] = n / median_time(fn, scale.hash_rounds, scale.hash_round_s) / 1e6
         row["speedup_list"] = row["kvrouter_list_mtok_s"] / row["dynamo_list_mtok_s"]
         row["speedup_numpy"] = row["kvrouter_numpy_mtok_s"] / row["dynamo_list_mtok_s"]
+        row["speedup_compact"] = row["kvrouter_compact_mtok_s"] / row["dynamo_list_mtok_s"]
         rows.append(row)
         bar.update()
     bar.close()
@@ -649,7 +652,7 @@ def bench_matches(scale: Scale, seed: int) -> list[MatchConfig]:
         ours_queries = [q for q, _ in queries]
         runs = [
             (index, ours_queries, []),
-            (index, [np.array(q, dtype=np.uint64) for q in ours_queries], []),
+            (index, [array.array("Q", q) for q in ours_queries], []),
             (tree, [q for _, q in queries], []),
         ]
         for r in range(scale.match_rounds):
@@ -763,11 +766,12 @@ def fmt(x: float, digits: int = 1) -> str:
 def targets(results: dict) -> dict:
     verdict = {}
     if "hashing" in results:
-        worst = min(r["speedup_numpy"] for r in results["hashing"])
+        worst = min(r["speedup_compact"] for r in results["hashing"])
         worst_list = min(r["speedup_list"] for r in results["hashing"])
         verdict["hashing_4x"] = {
             "met": worst >= TARGET_HASH_SPEEDUP,
-            "worst_speedup_numpy": worst,
+            "worst_speedup_compact": worst,
+            "worst_speedup_numpy_to_list": min(r["speedup_numpy"] for r in results["hashing"]),
             "worst_speedup_list": worst_list,
             "met_with_list_input": worst_list >= TARGET_HASH_SPEEDUP,
         }
@@ -782,11 +786,15 @@ def targets(results: dict) -> dict:
             f"{r['system']} {r['mode']}": r["speedup"] for r in rows if r["system"] != "dynamo"
         }
     if "find_matches" in results:
-        worst = min(
-            m["dynamo"]["p50_us"] / m["kvrouter"]["p50_us"]
-            for m in results["find_matches"]["sizes"]
-        )
-        verdict["find_matches_3x"] = {"met": worst >= TARGET_SPEEDUP, "worst_speedup_p50": worst}
+        sizes = results["find_matches"]["sizes"]
+        worst = min(m["dynamo"]["p50_us"] / m["kvrouter_numpy"]["p50_us"] for m in sizes)
+        worst_list = min(m["dynamo"]["p50_us"] / m["kvrouter"]["p50_us"] for m in sizes)
+        verdict["find_matches_3x"] = {
+            "met": worst >= TARGET_SPEEDUP,
+            "worst_speedup_p50_compact_hashes": worst,
+            "worst_speedup_p50_list_input": worst_list,
+            "met_with_list_input": worst_list >= TARGET_SPEEDUP,
+        }
     if "memory" in results:
         ours = next(r for r in results["memory"] if r["system"] == "kvrouter")
         opaque = next(r for r in results["memory"] if r["system"] == "kvrouter/opaque")
@@ -806,13 +814,24 @@ def report(results: dict) -> str:
                 f"{r['tokens']:,}",
                 fmt(r["kvrouter_list_mtok_s"], 0),
                 fmt(r["kvrouter_numpy_mtok_s"], 0),
+                fmt(r["kvrouter_compact_mtok_s"], 0),
                 fmt(r["dynamo_list_mtok_s"], 0),
                 fmt(r["speedup_list"], 2) + "x",
                 fmt(r["speedup_numpy"], 2) + "x",
+                fmt(r["speedup_compact"], 2) + "x",
             ]
             for r in results["hashing"]
         ]
-        headers = ["tokens", "ours list", "ours numpy", "dynamo list", "x (list)", "x (numpy)"]
+        headers = [
+            "tokens",
+            "ours list",
+            "ours numpy",
+            "ours numpy->array",
+            "dynamo list",
+            "x (list)",
+            "x (numpy)",
+            "x (numpy->array)",
+        ]
         parts.append("Hashing, M tokens/s\n" + table(headers, rows))
     if "events" in results:
         s = results["events"]["stream"]
@@ -847,16 +866,19 @@ def report(results: dict) -> str:
                     fmt(d["p50_us"]),
                     fmt(d["p99_us"]),
                     fmt(d["p50_us"] / o["p50_us"], 2) + "x",
+                    fmt(d["p50_us"] / m["kvrouter_numpy"]["p50_us"], 2) + "x",
                     fmt(m["setup"]["speedup"], 2) + "x",
                 ]
             )
         headers = [
-            "workers", "blocks", "ours mean", "p50", "p99", "p50 numpy",
-            "dynamo mean", "p50", "p99", "x p50", "x apply",
+            "workers", "blocks", "ours list mean", "p50", "p99", "p50 array('Q')",
+            "dynamo list mean", "p50", "p99", "x p50 list", "x p50 array", "x apply",
         ]  # fmt: skip
         floor = results["find_matches"]["call_floor_p50_us"]
         parts.append(
-            "find_matches latency, us (x apply: event application while building the state;"
+            "find_matches latency, us; ours with a list of ints and with array('Q')"
+            " (what hash_tokens_array returns), dynamo with its list of local hashes\n"
+            "(x apply: event application while building the state;"
             f" per-call floor: ours {floor['kvrouter']:.1f}, dynamo {floor['dynamo']:.1f})\n"
             + table(headers, rows)
         )

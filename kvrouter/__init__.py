@@ -11,6 +11,7 @@ from kvrouter._core import (
     Tier,
     chain_hashes,
     hash_tokens,
+    hash_tokens_array,
     local_block_hashes,
     namespace_seed,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "Tier",
     "chain_hashes",
     "hash_tokens",
+    "hash_tokens_array",
     "local_block_hashes",
     "namespace_seed",
 ]

@@ -1,5 +1,6 @@
 """Type stubs for kvrouter._core, the Rust core (hashing and the prefix index)."""
 
+import array
 import enum
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -14,6 +15,10 @@ Hashes = Sequence[int] | Any
 
 def hash_tokens(tokens: Tokens, block_size: int = 16, namespace: str = "") -> list[int]:
     """Chained sequence hashes of the full blocks; a partial tail is not hashed."""
+
+def hash_tokens_array(tokens: Tokens, block_size: int = 16, namespace: str = "") -> array.array[int]:
+    """`hash_tokens` as array('Q'): no Python int per hash; `find_matches`
+    reads it in place."""
 
 def local_block_hashes(tokens: Tokens, block_size: int = 16, namespace: str = "") -> list[int]:
     """xxh3-64 of each full block's little-endian bytes, seeded by the namespace."""

@@ -114,11 +114,23 @@ impl NodeArena {
 
     /// Squeezes out the holes once they are a third of the arena, keeping
     /// the order (and so the adjacency of sequences) and rebuilding the
-    /// table at a fitting size. Arena indices change.
-    pub fn compact_if_sparse(&mut self) {
+    /// table at a fitting size. Returns, when it compacted, each old index's
+    /// new index (None for a hole).
+    pub fn compact_if_sparse(&mut self) -> Option<Vec<Option<u32>>> {
         if self.holes < 1024 || self.holes * 3 < self.nodes.len() {
-            return;
+            return None;
         }
+        let mut next = 0u32;
+        let remap = self
+            .nodes
+            .iter()
+            .map(|node| {
+                node.is_live().then(|| {
+                    next += 1;
+                    next - 1
+                })
+            })
+            .collect();
         self.nodes.retain(Node::is_live);
         self.nodes.shrink_to_fit();
         self.holes = 0;
@@ -130,6 +142,7 @@ impl NodeArena {
             });
         }
         self.table = table;
+        Some(remap)
     }
 
     /// Bytes held by the arena and its table.

@@ -31,12 +31,14 @@ pub enum KvEvent {
     Cleared,
 }
 
-/// One numbered batch of a worker's events.
+/// One numbered batch of a worker's events. The events may be owned or
+/// borrowed (`EventBatch<&KvEvent>`), so callers holding them elsewhere, such
+/// as the Python bindings, need not copy them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventBatch {
+pub struct EventBatch<E = KvEvent> {
     pub worker: WorkerId,
     pub seq: u64,
-    pub events: Vec<KvEvent>,
+    pub events: Vec<E>,
 }
 
 /// How a batch's sequence number related to the worker's stream.

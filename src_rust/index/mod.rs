@@ -19,6 +19,7 @@ pub use tree::PrefixTree;
 
 use crate::ids::{SeqHash, WorkerId};
 use parking_lot::RwLock;
+use std::borrow::Borrow;
 use std::time::{Duration, Instant};
 
 /// Sizing of a [`PrefixIndex`].
@@ -80,21 +81,28 @@ impl PrefixIndex {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    pub fn apply(&self, batch: &EventBatch, strict: bool) -> Result<ApplyOutcome, IndexError> {
+    pub fn apply<E: Borrow<KvEvent>>(
+        &self,
+        batch: &EventBatch<E>,
+        strict: bool,
+    ) -> Result<ApplyOutcome, IndexError> {
         self.tree.write().apply(batch, strict)
     }
 
     /// Applies many batches under one lock acquisition; each gets its own result.
-    pub fn apply_many(
+    pub fn apply_many<E: Borrow<KvEvent>>(
         &self,
-        batches: &[EventBatch],
+        batches: &[EventBatch<E>],
         strict: bool,
     ) -> Vec<Result<ApplyOutcome, IndexError>> {
         let mut tree = self.tree.write();
         batches.iter().map(|b| tree.apply(b, strict)).collect()
     }
 
-    pub fn resync(&self, batch: &EventBatch) -> Result<ApplyOutcome, IndexError> {
+    pub fn resync<E: Borrow<KvEvent>>(
+        &self,
+        batch: &EventBatch<E>,
+    ) -> Result<ApplyOutcome, IndexError> {
         self.tree.write().resync(batch)
     }
 

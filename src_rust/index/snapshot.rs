@@ -45,7 +45,13 @@ impl PrefixTree {
                 WorkerRecord {
                     id: state.id.0,
                     last_seq: state.last_seq,
-                    engine_ids: state.engine_ids.iter().map(|(e, s)| (e.0, s.0)).collect(),
+                    engine_ids: state
+                        .engine_ids
+                        .iter()
+                        .map(|(key, index)| (EngineBlockId::from(*key).0, self.arena.node(*index)))
+                        .filter(|(_, node)| node.is_live())
+                        .map(|(engine, node)| (engine, node.seq.0))
+                        .collect(),
                 }
             })
             .collect();
@@ -91,15 +97,9 @@ impl PrefixTree {
             snapshot.max_nodes.map(|m| m as usize),
         );
         let mut slots = Vec::with_capacity(snapshot.workers.len());
-        for record in snapshot.workers {
+        for record in &snapshot.workers {
             let slot = tree.workers.get_or_insert(WorkerId(record.id))?;
-            let state = tree.workers.state_mut(slot);
-            state.last_seq = record.last_seq;
-            state.engine_ids = record
-                .engine_ids
-                .into_iter()
-                .map(|(e, s)| (EngineBlockId(e), SeqHash(s)))
-                .collect();
+            tree.workers.state_mut(slot).last_seq = record.last_seq;
             slots.push(slot);
         }
         for record in snapshot.nodes {
@@ -115,6 +115,17 @@ impl PrefixTree {
                     return Err(bad("a holder has no tier".into()));
                 }
                 tree.restore_holding(SeqHash(record.seq_hash), Holding::confirmed(slot, tiers));
+            }
+        }
+        for (record, &slot) in snapshot.workers.iter().zip(&slots) {
+            for &(engine, seq) in &record.engine_ids {
+                if let Some(index) = tree.arena.find(SeqHash(seq)) {
+                    let block = EngineBlockId(engine);
+                    tree.workers
+                        .state_mut(slot)
+                        .engine_ids
+                        .insert(block.into(), index);
+                }
             }
         }
         Ok(tree)

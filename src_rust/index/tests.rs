@@ -437,3 +437,54 @@ fn churn_compacts_the_arena_and_keeps_answers() {
         );
     }
 }
+
+#[test]
+fn foreign_engine_ids_survive_compaction() {
+    let mut tree = PrefixTree::new(BS, None);
+    let foreign = |p: u32, b: u32| EngineBlockId((1 << 40) + u64::from(p) * 2 + u64::from(b));
+    for p in 0..3000u32 {
+        let event = KvEvent::Stored {
+            parent: None,
+            block_ids: vec![foreign(p, 0), foreign(p, 1)],
+            content: BlockContent::Tokens(tokens(p * 8..p * 8 + 8)),
+            tier: Tier::Device,
+            namespace_seed: namespace_seed(""),
+        };
+        tree.apply(&batch(1, u64::from(p), vec![event]), true)
+            .unwrap();
+    }
+    for p in 0..2700u32 {
+        let removed = KvEvent::Removed {
+            block_ids: vec![foreign(p, 0), foreign(p, 1)],
+            tier: Tier::Device,
+        };
+        tree.apply(&batch(1, 3000 + u64::from(p), vec![removed]), true)
+            .unwrap();
+    }
+    assert!(tree.arena.slots() < 6000 / 2, "holes were squeezed out");
+    let child = KvEvent::Stored {
+        parent: Some(foreign(2999, 1)),
+        block_ids: vec![EngineBlockId(7)],
+        content: BlockContent::Tokens(tokens(90_000..90_004)),
+        tier: Tier::Device,
+        namespace_seed: namespace_seed(""),
+    };
+    tree.apply(&batch(1, 5700, vec![child]), true).unwrap();
+    let mut query = tokens(2999 * 8..2999 * 8 + 8);
+    query.extend(90_000..90_004);
+    assert_eq!(
+        tree.find_matches(&seqs(&query), false).depth(WorkerId(1)),
+        3
+    );
+    let rest: Vec<EngineBlockId> = (2700..3000u32)
+        .flat_map(|p| [foreign(p, 0), foreign(p, 1)])
+        .chain([EngineBlockId(7)])
+        .collect();
+    let removed = KvEvent::Removed {
+        block_ids: rest,
+        tier: Tier::Device,
+    };
+    let outcome = tree.apply(&batch(1, 5701, vec![removed]), true).unwrap();
+    assert_eq!(outcome.blocks_removed, 601);
+    assert_eq!(tree.num_nodes(), 0);
+}

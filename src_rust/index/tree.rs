@@ -10,7 +10,7 @@ use super::workers::WorkerTable;
 use crate::hashing::{chain, BlockHasher};
 use crate::ids::{EngineBlockId, SeqHash, Tier, WorkerId};
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -67,7 +67,11 @@ impl PrefixTree {
     /// Applies one batch if it is the worker's next; see [`SeqStatus`].
     /// With `strict`, a removal of a block the worker does not hold, or a
     /// parent it does not hold, rejects the whole batch unapplied.
-    pub fn apply(&mut self, batch: &EventBatch, strict: bool) -> Result<ApplyOutcome, IndexError> {
+    pub fn apply<E: Borrow<KvEvent>>(
+        &mut self,
+        batch: &EventBatch<E>,
+        strict: bool,
+    ) -> Result<ApplyOutcome, IndexError> {
         self.validate_shape(&batch.events)?;
         let existing = self.workers.slot_of(batch.worker);
         let expected = existing.map_or(0, |slot| self.workers.state(slot).expected_seq());
@@ -89,7 +93,10 @@ impl PrefixTree {
 
     /// Replaces everything known about the worker with `batch` (a full dump
     /// of its cache), and continues its stream after `batch.seq`.
-    pub fn resync(&mut self, batch: &EventBatch) -> Result<ApplyOutcome, IndexError> {
+    pub fn resync<E: Borrow<KvEvent>>(
+        &mut self,
+        batch: &EventBatch<E>,
+    ) -> Result<ApplyOutcome, IndexError> {
         self.validate_shape(&batch.events)?;
         let slot = self.workers.get_or_insert(batch.worker)?;
         self.clear_worker(slot);
@@ -249,6 +256,25 @@ impl PrefixTree {
         self.pruned
     }
 
+    /// The node a worker's engine block id names: its mapped arena index, or
+    /// the node whose sequence hash is the id itself.
+    fn node_of_block(&self, slot: u32, block: EngineBlockId) -> Option<u32> {
+        match self.workers.state(slot).mapped_node(block) {
+            Some(index) => self.arena.node(index).is_live().then_some(index),
+            None => self.arena.find(SeqHash(block.0)),
+        }
+    }
+
+    /// The sequence hash a stored event's parent id stands for. An unmapped
+    /// id is taken as the router's own hash even when the node is gone, so an
+    /// engine using the router's hashes keeps chaining after a prune.
+    fn parent_seq(&self, slot: u32, parent: EngineBlockId) -> SeqHash {
+        match self.workers.state(slot).mapped_node(parent) {
+            Some(index) => self.arena.node(index).seq,
+            None => SeqHash(parent.0),
+        }
+    }
+
     fn holding_of(&self, seq: SeqHash, slot: u32) -> Option<Holding> {
         let index = self.arena.find(seq)?;
         self.sets.get(self.arena.node(index).owners, slot)
@@ -258,22 +284,23 @@ impl PrefixTree {
     /// returns the holding it replaced.
     fn put_holding(&mut self, seq: SeqHash, holding: Holding, tick: u32) -> Option<Holding> {
         self.update_holding(seq, holding.slot(), tick, |_| holding)
+            .1
     }
 
     /// Sets the worker's holding of `seq` to `next(previous holding)`,
-    /// creating the node if needed; returns the previous holding.
+    /// creating the node if needed; returns the node's arena index and the
+    /// previous holding.
     fn update_holding(
         &mut self,
         seq: SeqHash,
         slot: u32,
         tick: u32,
         next: impl FnOnce(Option<Holding>) -> Holding,
-    ) -> Option<Holding> {
+    ) -> (u32, Option<Holding>) {
         let Some(index) = self.arena.find(seq) else {
             let set = self.sets.with(SetId::EMPTY, next(None));
             self.sets.acquire(set);
-            self.arena.insert(seq, set, tick);
-            return None;
+            return (self.arena.insert(seq, set, tick), None);
         };
         let node = self.arena.node(index);
         node.touch(tick);
@@ -286,7 +313,7 @@ impl PrefixTree {
             self.sets.replace(old, new);
             self.arena.node_mut(index).owners = new;
         }
-        previous
+        (index, previous)
     }
 
     /// Removes the worker's holding of `seq`, dropping the node when it was
@@ -314,8 +341,8 @@ impl PrefixTree {
         }
     }
 
-    fn validate_shape(&self, events: &[KvEvent]) -> Result<(), IndexError> {
-        for (index, event) in events.iter().enumerate() {
+    fn validate_shape<E: Borrow<KvEvent>>(&self, events: &[E]) -> Result<(), IndexError> {
+        for (index, event) in events.iter().map(Borrow::borrow).enumerate() {
             let KvEvent::Stored {
                 block_ids, content, ..
             } = event
@@ -356,16 +383,16 @@ impl PrefixTree {
 
     /// Strict mode: every parent and removed block must be held by the worker
     /// at that point of the batch.
-    fn validate_known(
+    fn validate_known<E: Borrow<KvEvent>>(
         &self,
         worker: WorkerId,
         slot: Option<u32>,
-        events: &[KvEvent],
+        events: &[E],
     ) -> Result<(), IndexError> {
         let held_before = |block: EngineBlockId| {
             slot.is_some_and(|slot| {
-                let seq = self.workers.state(slot).seq_hash_of(block);
-                self.holding_of(seq, slot)
+                self.node_of_block(slot, block)
+                    .and_then(|index| self.sets.get(self.arena.node(index).owners, slot))
                     .is_some_and(|held| !held.is_approximate())
             })
         };
@@ -378,7 +405,7 @@ impl PrefixTree {
                      cleared: bool| {
             added.contains(block) || (!cleared && !removed.contains(block) && held_before(*block))
         };
-        for (event, kv_event) in events.iter().enumerate() {
+        for (event, kv_event) in events.iter().map(Borrow::borrow).enumerate() {
             match kv_event {
                 KvEvent::Stored {
                     parent, block_ids, ..
@@ -420,10 +447,10 @@ impl PrefixTree {
         Ok(())
     }
 
-    fn apply_events(&mut self, slot: u32, events: &[KvEvent]) -> ApplyOutcome {
+    fn apply_events<E: Borrow<KvEvent>>(&mut self, slot: u32, events: &[E]) -> ApplyOutcome {
         let tick = self.tick();
         let mut outcome = ApplyOutcome::with_status(SeqStatus::Applied);
-        for event in events {
+        for event in events.iter().map(Borrow::borrow) {
             match event {
                 KvEvent::Stored {
                     parent,
@@ -438,7 +465,7 @@ impl PrefixTree {
                         ),
                         BlockContent::LocalHashes(hashes) => Cow::Borrowed(hashes),
                     };
-                    let mut prev = parent.map(|p| self.workers.state(slot).seq_hash_of(p));
+                    let mut prev = parent.map(|p| self.parent_seq(slot, p));
                     if let Some(index) = prev.and_then(|seq| self.arena.find(seq)) {
                         self.arena.node(index).touch(tick);
                     }
@@ -472,16 +499,19 @@ impl PrefixTree {
         tier: Tier,
         tick: u32,
     ) {
-        if block.0 != seq.0 {
-            self.workers.state_mut(slot).engine_ids.insert(block, seq);
-        }
-        let previous = self.update_holding(seq, slot, tick, |previous| {
+        let (index, previous) = self.update_holding(seq, slot, tick, |previous| {
             let tiers = match previous {
                 Some(held) if !held.is_approximate() => held.tiers().with(tier),
                 _ => TierSet::only(tier),
             };
             Holding::confirmed(slot, tiers)
         });
+        if block.0 != seq.0 {
+            self.workers
+                .state_mut(slot)
+                .engine_ids
+                .insert(block.into(), index);
+        }
         match previous {
             None => self.workers.state_mut(slot).blocks += 1,
             Some(held) if held.is_approximate() => {
@@ -494,16 +524,28 @@ impl PrefixTree {
 
     /// Returns whether the worker held the block in that tier.
     fn remove_block(&mut self, slot: u32, block: EngineBlockId, tier: Tier) -> bool {
-        let seq = self.workers.state(slot).seq_hash_of(block);
+        let Some(index) = self.node_of_block(slot, block) else {
+            self.workers
+                .state_mut(slot)
+                .engine_ids
+                .remove(&block.into());
+            return false;
+        };
+        let node = self.arena.node(index);
+        let (seq, owners) = (node.seq, node.owners);
         let held = self
-            .holding_of(seq, slot)
+            .sets
+            .get(owners, slot)
             .filter(|held| !held.is_approximate() && held.tiers().contains(tier));
         let Some(held) = held else {
             return false;
         };
         let remaining = held.tiers().without(tier);
         if remaining.is_empty() {
-            self.workers.state_mut(slot).engine_ids.remove(&block);
+            self.workers
+                .state_mut(slot)
+                .engine_ids
+                .remove(&block.into());
             self.drop_holding(seq, slot);
         } else {
             self.put_holding(seq, Holding::confirmed(slot, remaining), self.tick());
@@ -538,7 +580,9 @@ impl PrefixTree {
     /// and freeing unused owner sets when they pile up.
     fn maintain(&mut self) {
         self.prune_if_needed();
-        self.arena.compact_if_sparse();
+        if let Some(remap) = self.arena.compact_if_sparse() {
+            self.workers.remap_nodes(&remap);
+        }
         self.sets.collect_garbage();
     }
 

@@ -3,16 +3,42 @@
 
 use super::events::IndexError;
 use super::holding::MAX_SLOTS;
-use crate::ids::{EngineBlockId, SeqHash, WorkerId};
+use crate::ids::{EngineBlockId, WorkerId};
 use rustc_hash::FxHashMap;
+use std::hash::{Hash, Hasher};
+
+/// An engine block id stored as two u32 halves, so that a map entry with a
+/// u32 value packs into 12 bytes instead of 16.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct EngineKey([u32; 2]);
+
+impl From<EngineBlockId> for EngineKey {
+    fn from(block: EngineBlockId) -> Self {
+        EngineKey([block.0 as u32, (block.0 >> 32) as u32])
+    }
+}
+
+impl From<EngineKey> for EngineBlockId {
+    fn from(key: EngineKey) -> Self {
+        EngineBlockId(key.0[0] as u64 | (key.0[1] as u64) << 32)
+    }
+}
+
+impl Hash for EngineKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        EngineBlockId::from(*self).0.hash(state);
+    }
+}
 
 pub struct WorkerState {
     pub id: WorkerId,
     /// The last applied batch number; None before the first batch.
     pub last_seq: Option<u64>,
-    /// Engine block ids that differ from the router's sequence hash. An engine
-    /// that names blocks by the router's own hashes costs no entries here.
-    pub engine_ids: FxHashMap<EngineBlockId, SeqHash>,
+    /// Arena index of each block whose engine id differs from the router's
+    /// sequence hash. An engine that names blocks by the router's own hashes
+    /// costs no entries here. An index may point at a hole (the block was
+    /// pruned) until the arena is compacted, which drops such entries.
+    pub engine_ids: FxHashMap<EngineKey, u32>,
     /// Confirmed blocks held (approximate entries not counted).
     pub blocks: usize,
 }
@@ -32,12 +58,9 @@ impl WorkerState {
         self.last_seq.map_or(0, |s| s + 1)
     }
 
-    /// The router's hash for an engine block id.
-    pub fn seq_hash_of(&self, block: EngineBlockId) -> SeqHash {
-        self.engine_ids
-            .get(&block)
-            .copied()
-            .unwrap_or(SeqHash(block.0))
+    /// The arena index recorded for an engine block id, if it is mapped.
+    pub fn mapped_node(&self, block: EngineBlockId) -> Option<u32> {
+        self.engine_ids.get(&EngineKey::from(block)).copied()
     }
 }
 
@@ -98,6 +121,22 @@ impl WorkerTable {
 
     pub fn len(&self) -> usize {
         self.by_id.len()
+    }
+
+    /// Rewrites every worker's mapped arena indices after a compaction;
+    /// `remap[old]` is the new index, or None for a dropped node.
+    pub fn remap_nodes(&mut self, remap: &[Option<u32>]) {
+        for state in self.slots.iter_mut().flatten() {
+            state
+                .engine_ids
+                .retain(|_, index| match remap[*index as usize] {
+                    Some(new) => {
+                        *index = new;
+                        true
+                    }
+                    None => false,
+                });
+        }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (u32, &WorkerState)> {

@@ -65,16 +65,22 @@ fn block_ids(obj: &Bound<'_, PyAny>) -> PyResult<Vec<EngineBlockId>> {
 }
 
 /// Blocks a worker cached: consecutive blocks of one sequence after `parent`,
-/// with either their tokens (`token_ids`, `block_size` per block) or their
-/// router-compatible `local_hashes`.
+/// with either their tokens (`token_ids`, the same number per block) or their
+/// router-compatible `local_hashes`. Tokens are hashed here, once, and not
+/// kept; applying the event checks their block size against the index's.
 #[pyclass(name = "Stored", module = "kvrouter._core", frozen)]
-pub struct PyStored(pub KvEvent);
+pub struct PyStored {
+    /// Always carries local hashes.
+    event: KvEvent,
+    tokens_per_block: Option<usize>,
+}
 
 #[pymethods]
 impl PyStored {
     #[new]
     #[pyo3(signature = (block_ids, token_ids = None, *, local_hashes = None, parent = None, tier = None, namespace = ""))]
     fn new(
+        py: Python<'_>,
         block_ids: &Bound<'_, PyAny>,
         token_ids: Option<&Bound<'_, PyAny>>,
         local_hashes: Option<&Bound<'_, PyAny>>,
@@ -82,31 +88,59 @@ impl PyStored {
         tier: Option<&Bound<'_, PyAny>>,
         namespace: &str,
     ) -> PyResult<Self> {
-        let content = match (token_ids, local_hashes) {
+        let block_ids = self::block_ids(block_ids)?;
+        if block_ids.is_empty() {
+            return Err(PyValueError::new_err("stored event has no blocks"));
+        }
+        let seed = namespace_seed(namespace);
+        let (locals, tokens_per_block) = match (token_ids, local_hashes) {
             (Some(tokens), None) => {
-                BlockContent::Tokens(Tokens::extract(tokens)?.as_slice().to_vec())
+                let tokens = Tokens::extract(tokens)?;
+                let count = tokens.as_slice().len();
+                if count == 0 || count % block_ids.len() != 0 {
+                    return Err(PyValueError::new_err(format!(
+                        "stored event has {count} tokens for {} blocks; it needs the same positive number per block",
+                        block_ids.len()
+                    )));
+                }
+                let block_size = count / block_ids.len();
+                let hasher = BlockHasher::new(block_size, seed);
+                let locals = py.detach(|| hasher.local_hashes(tokens.as_slice()));
+                (locals, Some(block_size))
             }
-            (None, Some(hashes)) => BlockContent::LocalHashes(
-                extract_hashes(hashes)?.into_iter().map(LocalHash).collect(),
-            ),
+            (None, Some(hashes)) => {
+                let locals: Vec<LocalHash> =
+                    extract_hashes(hashes)?.into_iter().map(LocalHash).collect();
+                if locals.len() != block_ids.len() {
+                    return Err(PyValueError::new_err(format!(
+                        "stored event has {} local hashes for {} blocks",
+                        locals.len(),
+                        block_ids.len()
+                    )));
+                }
+                (locals, None)
+            }
             _ => {
                 return Err(PyValueError::new_err(
                     "Stored needs exactly one of token_ids or local_hashes",
                 ))
             }
         };
-        Ok(PyStored(KvEvent::Stored {
-            parent: parent.map(EngineBlockId),
-            block_ids: self::block_ids(block_ids)?,
-            content,
-            tier: tier.map(extract_tier).transpose()?.unwrap_or(Tier::Device),
-            namespace_seed: namespace_seed(namespace),
-        }))
+        Ok(PyStored {
+            event: KvEvent::Stored {
+                parent: parent.map(EngineBlockId),
+                block_ids,
+                content: BlockContent::LocalHashes(locals),
+                tier: tier.map(extract_tier).transpose()?.unwrap_or(Tier::Device),
+                namespace_seed: seed,
+            },
+            tokens_per_block,
+        })
     }
 
     #[getter]
     fn block_ids(&self) -> Vec<u64> {
-        match &self.0 {
+        match &self.event {
             KvEvent::Stored { block_ids, .. } => block_ids.iter().map(|b| b.0).collect(),
             _ => unreachable!("PyStored holds a Stored event"),
         }
@@ -114,14 +148,14 @@ impl PyStored {
 
     #[getter]
     fn parent(&self) -> Option<u64> {
-        match &self.0 {
+        match &self.event {
             KvEvent::Stored { parent, .. } => parent.map(|p| p.0),
             _ => unreachable!("PyStored holds a Stored event"),
         }
     }
 
     fn __repr__(&self) -> String {
-        match &self.0 {
+        match &self.event {
             KvEvent::Stored {
                 parent,
                 block_ids,
@@ -186,68 +220,42 @@ impl PyCleared {
     }
 }
 
-/// The Rust events of a Python list of `Stored` / `Removed` / `Cleared`.
-/// Token ids are hashed here, before the index lock is taken, so the batch
-/// carries 8 bytes per block instead of a copy of its tokens.
-pub fn extract_events(events: &Bound<'_, PyAny>, block_size: usize) -> PyResult<Vec<KvEvent>> {
-    events
-        .try_iter()?
-        .enumerate()
-        .map(|(index, item)| {
-            let item = item?;
-            if let Ok(stored) = item.cast::<PyStored>() {
-                hashed(&stored.get().0, block_size)
-                    .map_err(|reason| PyValueError::new_err(format!("event {index}: {reason}")))
-            } else if let Ok(removed) = item.cast::<PyRemoved>() {
-                Ok(removed.get().0.clone())
-            } else if item.cast::<PyCleared>().is_ok() {
-                Ok(KvEvent::Cleared)
-            } else {
-                Err(PyTypeError::new_err(format!(
-                    "event {index} is a {}, not Stored, Removed or Cleared",
-                    item.get_type().name()?
-                )))
-            }
-        })
-        .collect()
-}
+static CLEARED: KvEvent = KvEvent::Cleared;
 
-/// A stored event with its tokens replaced by their local hashes.
-fn hashed(event: &KvEvent, block_size: usize) -> Result<KvEvent, String> {
-    let KvEvent::Stored {
-        parent,
-        block_ids,
-        content,
-        tier,
-        namespace_seed,
-    } = event
-    else {
-        unreachable!("PyStored holds a Stored event")
-    };
-    if block_ids.is_empty() {
-        return Err("stored event has no blocks".into());
+/// A batch's event objects, kept alive so the index can read their events in
+/// place, with the GIL released, instead of copying them.
+pub struct EventObjects<'py>(Vec<Bound<'py, PyAny>>);
+
+impl<'py> EventObjects<'py> {
+    pub fn collect(events: &Bound<'py, PyAny>) -> PyResult<Self> {
+        Ok(EventObjects(events.try_iter()?.collect::<PyResult<_>>()?))
     }
-    let content = match content {
-        BlockContent::Tokens(tokens) => {
-            let needed = block_ids.len() * block_size;
-            if tokens.len() != needed {
-                return Err(format!(
-                    "stored event has {} tokens for {} blocks; with block_size {block_size} it needs {needed}",
-                    tokens.len(),
-                    block_ids.len()
-                ));
-            }
-            BlockContent::LocalHashes(
-                BlockHasher::new(block_size, *namespace_seed).local_hashes(tokens),
-            )
-        }
-        BlockContent::LocalHashes(hashes) => BlockContent::LocalHashes(hashes.clone()),
-    };
-    Ok(KvEvent::Stored {
-        parent: *parent,
-        block_ids: block_ids.clone(),
-        content,
-        tier: *tier,
-        namespace_seed: *namespace_seed,
-    })
+
+    /// The events, checked to be events and to match the index's block size.
+    pub fn events(&self, block_size: usize) -> PyResult<Vec<&KvEvent>> {
+        self.0
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                if let Ok(stored) = item.cast::<PyStored>() {
+                    let stored = stored.get();
+                    match stored.tokens_per_block {
+                        Some(size) if size != block_size => Err(PyValueError::new_err(format!(
+                            "event {index}: stored event has {size} tokens per block; the index's block_size is {block_size}"
+                        ))),
+                        _ => Ok(&stored.event),
+                    }
+                } else if let Ok(removed) = item.cast::<PyRemoved>() {
+                    Ok(&removed.get().0)
+                } else if item.cast::<PyCleared>().is_ok() {
+                    Ok(&CLEARED)
+                } else {
+                    Err(PyTypeError::new_err(format!(
+                        "event {index} is a {}, not Stored, Removed or Cleared",
+                        item.get_type().name()?
+                    )))
+                }
+            })
+            .collect()
+    }
 }

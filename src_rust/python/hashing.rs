@@ -5,6 +5,8 @@ use crate::hashing::{chain_all, namespace_seed, BlockHasher, DEFAULT_BLOCK_SIZE}
 use crate::ids::{LocalHash, SeqHash};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyBytes;
 
 pub fn hasher(block_size: usize, namespace: &str) -> PyResult<BlockHasher> {
     if block_size == 0 {
@@ -26,6 +28,32 @@ pub fn hash_tokens(
     let tokens = Tokens::extract(tokens)?;
     let hashes = py.detach(|| hasher.seq_hashes(tokens.as_slice()));
     Ok(hashes.into_iter().map(|h| h.0).collect())
+}
+
+/// `hash_tokens` as a stdlib `array('Q')`: no Python int per hash, and
+/// `PrefixIndex.find_matches` reads it in place.
+#[pyfunction]
+#[pyo3(signature = (tokens, block_size = DEFAULT_BLOCK_SIZE, namespace = ""))]
+pub fn hash_tokens_array<'py>(
+    py: Python<'py>,
+    tokens: &Bound<'py, PyAny>,
+    block_size: usize,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    static ARRAY_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let hasher = hasher(block_size, namespace)?;
+    let tokens = Tokens::extract(tokens)?;
+    let hashes = py.detach(|| hasher.seq_hashes(tokens.as_slice()));
+    let bytes = PyBytes::new_with(py, hashes.len() * 8, |buffer| {
+        for (chunk, hash) in buffer.chunks_exact_mut(8).zip(&hashes) {
+            chunk.copy_from_slice(&hash.0.to_ne_bytes());
+        }
+        Ok(())
+    })?;
+    let array_type = ARRAY_TYPE.get_or_try_init(py, || {
+        py.import("array")?.getattr("array").map(Bound::unbind)
+    })?;
+    array_type.bind(py).call1(("Q", bytes))
 }
 
 /// Local (unchained) hashes of the full blocks of `tokens`.

@@ -1,6 +1,6 @@
 //! `PrefixIndex` for Python: every call releases the GIL for the index work.
 
-use super::events::extract_events;
+use super::events::EventObjects;
 use super::hashing::hasher;
 use super::ints::{extract_hashes, Tokens};
 use crate::hashing::DEFAULT_BLOCK_SIZE;
@@ -173,10 +173,11 @@ impl PyPrefixIndex {
         events: &Bound<'_, PyAny>,
         strict: bool,
     ) -> PyResult<PyApplyOutcome> {
+        let objects = EventObjects::collect(events)?;
         let batch = EventBatch {
             worker: WorkerId(worker_id),
             seq,
-            events: extract_events(events, self.0.block_size())?,
+            events: objects.events(self.0.block_size())?,
         };
         py.detach(|| self.0.apply(&batch, strict))
             .map(Into::into)
@@ -192,10 +193,14 @@ impl PyPrefixIndex {
         batches: Vec<(u64, u64, Bound<'_, PyAny>)>,
         strict: bool,
     ) -> PyResult<Vec<PyApplyOutcome>> {
+        let objects = batches
+            .iter()
+            .map(|(_, _, events)| EventObjects::collect(events))
+            .collect::<PyResult<Vec<_>>>()?;
         let mut valid = Vec::with_capacity(batches.len());
         let mut extraction: Vec<Option<String>> = Vec::with_capacity(batches.len());
-        for (worker, seq, events) in &batches {
-            match extract_events(events, self.0.block_size()) {
+        for ((worker, seq, _), objects) in batches.iter().zip(&objects) {
+            match objects.events(self.0.block_size()) {
                 Ok(events) => {
                     valid.push(EventBatch {
                         worker: WorkerId(*worker),
@@ -229,10 +234,11 @@ impl PyPrefixIndex {
         seq: u64,
         events: &Bound<'_, PyAny>,
     ) -> PyResult<PyApplyOutcome> {
+        let objects = EventObjects::collect(events)?;
         let batch = EventBatch {
             worker: WorkerId(worker_id),
             seq,
-            events: extract_events(events, self.0.block_size())?,
+            events: objects.events(self.0.block_size())?,
         };
         py.detach(|| self.0.resync(&batch))
             .map(Into::into)

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 #[pyo3(name = "_core")]
 fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hashing::hash_tokens, m)?)?;
+    m.add_function(wrap_pyfunction!(hashing::hash_tokens_array, m)?)?;
     m.add_function(wrap_pyfunction!(hashing::local_block_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(hashing::chain_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(hashing::py_namespace_seed, m)?)?;

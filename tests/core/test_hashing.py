@@ -93,3 +93,10 @@ def test_bad_tokens_get_a_clear_error(tokens, error, message):
 def test_zero_block_size_is_refused():
     with pytest.raises(ValueError, match="block_size"):
         kvrouter.hash_tokens([1, 2, 3], 0)
+
+
+def test_array_form_holds_the_same_hashes():
+    tokens = list(range(100))
+    hashes = kvrouter.hash_tokens_array(tokens, 16, "m")
+    assert hashes.typecode == "Q"
+    assert list(hashes) == kvrouter.hash_tokens(tokens, 16, "m")

@@ -92,7 +92,8 @@ def test_strict_removal_of_an_unknown_block_is_refused_atomically():
 @pytest.mark.parametrize(
     ("make_event", "error", "message"),
     [
-        (lambda: Stored([1, 2], list(range(20))), ValueError, "needs 32"),
+        (lambda: Stored([1, 2], list(range(20))), ValueError, "block_size is 16"),
+        (lambda: Stored([1, 2], list(range(21))), ValueError, "same positive number per block"),
         (lambda: Stored([1, 2], local_hashes=[5]), ValueError, "1 local hashes for 2"),
         (lambda: Stored([], []), ValueError, "no blocks"),
         (lambda: "stored", TypeError, "not Stored, Removed or Cleared"),
