@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# nats-server backs the multi-replica tests; Debian ships it.
+if ! command -v nats-server >/dev/null && ! [ -x /usr/sbin/nats-server ]; then
+    apt-get update -qq && apt-get install -y -qq nats-server >/dev/null
+fi
+
 python3 -m venv .venv
 .venv/bin/pip install -q -U pip
 .venv/bin/pip install -q -e ".[test,engine]"
