@@ -15,6 +15,19 @@ pub fn hasher(block_size: usize, namespace: &str) -> PyResult<BlockHasher> {
     Ok(BlockHasher::for_namespace(block_size, namespace))
 }
 
+/// Runs `hash` over the tokens with the GIL released.
+fn hash_with<T: Send>(
+    py: Python<'_>,
+    tokens: &Bound<'_, PyAny>,
+    block_size: usize,
+    namespace: &str,
+    hash: impl FnOnce(&BlockHasher, &[u32]) -> Vec<T> + Send,
+) -> PyResult<Vec<T>> {
+    let hasher = hasher(block_size, namespace)?;
+    let tokens = Tokens::extract(tokens)?;
+    Ok(py.detach(|| hash(&hasher, tokens.as_slice())))
+}
+
 /// Chained sequence hashes of the full blocks of `tokens`.
 #[pyfunction]
 #[pyo3(signature = (tokens, block_size = DEFAULT_BLOCK_SIZE, namespace = ""))]
@@ -24,10 +37,9 @@ pub fn hash_tokens(
     block_size: usize,
     namespace: &str,
 ) -> PyResult<Vec<u64>> {
-    let hasher = hasher(block_size, namespace)?;
-    let tokens = Tokens::extract(tokens)?;
-    let hashes = py.detach(|| hasher.seq_hashes(tokens.as_slice()));
-    Ok(hashes.into_iter().map(|h| h.0).collect())
+    hash_with(py, tokens, block_size, namespace, |hasher, tokens| {
+        hasher.seq_hashes(tokens).into_iter().map(|h| h.0).collect()
+    })
 }
 
 /// `hash_tokens` as a stdlib `array('Q')`: no Python int per hash, and
@@ -41,12 +53,10 @@ pub fn hash_tokens_array<'py>(
     namespace: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     static ARRAY_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let hasher = hasher(block_size, namespace)?;
-    let tokens = Tokens::extract(tokens)?;
-    let hashes = py.detach(|| hasher.seq_hashes(tokens.as_slice()));
+    let hashes = hash_tokens(py, tokens, block_size, namespace)?;
     let bytes = PyBytes::new_with(py, hashes.len() * 8, |buffer| {
         for (chunk, hash) in buffer.chunks_exact_mut(8).zip(&hashes) {
-            chunk.copy_from_slice(&hash.0.to_ne_bytes());
+            chunk.copy_from_slice(&hash.to_ne_bytes());
         }
         Ok(())
     })?;
@@ -65,10 +75,13 @@ pub fn local_block_hashes(
     block_size: usize,
     namespace: &str,
 ) -> PyResult<Vec<u64>> {
-    let hasher = hasher(block_size, namespace)?;
-    let tokens = Tokens::extract(tokens)?;
-    let hashes = py.detach(|| hasher.local_hashes(tokens.as_slice()));
-    Ok(hashes.into_iter().map(|h| h.0).collect())
+    hash_with(py, tokens, block_size, namespace, |hasher, tokens| {
+        hasher
+            .local_hashes(tokens)
+            .into_iter()
+            .map(|h| h.0)
+            .collect()
+    })
 }
 
 /// Sequence hashes from local hashes, continuing after `parent`.
