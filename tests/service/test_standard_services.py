@@ -51,4 +51,3 @@ def test_metrics_endpoint_scrapes(router):
         "kvrouter_event_lag_seconds",
     ):
         assert name in text, name
-
