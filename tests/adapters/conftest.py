@@ -53,8 +53,8 @@ class EngineFarm:
         endpoints = (publisher.pub.last_endpoint, publisher.replay.last_endpoint)
         publisher.close()
         pub, router = self.ctx.socket(zmq.PUB), self.ctx.socket(zmq.ROUTER)
-        pub.bind(endpoints[0])
-        router.bind(endpoints[1])
+        for sock, endpoint in ((pub, endpoints[0]), (router, endpoints[1])):
+            _bind_when_free(sock, endpoint)
         fresh = VllmStylePublisher(pub, router, encoding=publisher.encoding,
                                    dp_rank=publisher.dp_rank)
         self.publishers.append(fresh)
@@ -63,7 +63,21 @@ class EngineFarm:
     def close(self) -> None:
         for publisher in self.publishers:
             publisher.close()
-        self.ctx.term()
+        self.ctx.destroy(linger=0)
+
+
+def _bind_when_free(sock: zmq.Socket, endpoint: str) -> None:
+    """Binds where a just-closed socket listened: ZMQ releases the port in
+    the background."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            sock.bind(endpoint)
+            return
+        except zmq.ZMQError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 @pytest.fixture
