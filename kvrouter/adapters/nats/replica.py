@@ -4,8 +4,9 @@ Each replica owns a durable pull consumer named after it and applies every
 batch in stream order, so all replicas converge to the same index. Its
 snapshot records the stream position it covers; on start the replica
 restores it and recreates its consumer just after that position, so a
-restart neither rebuilds from scratch nor skips a batch (batches applied
-after the snapshot arrive again and are dropped as duplicates by number).
+restart neither rebuilds from scratch nor skips a batch. (A batch that is
+already in the snapshot and arrives again is dropped by its number: the
+snapshot keeps each worker's position too.)
 
 A worker batch that skips ahead (the stream aged out batches this replica
 never read) resyncs that worker here: the replica forgets what it knew of the
@@ -62,7 +63,11 @@ class IndexReplica:
         restored = load_snapshot(self.snapshot_path) if self.snapshot_path else None
         if restored is not None:
             self.position, data = restored
-            self.index = PrefixIndex.restore(data)
+            index = PrefixIndex.restore(data)
+            if index.block_size != self.index.block_size:
+                raise ValueError(f"snapshot {self.snapshot_path} has block size "
+                                 f"{index.block_size}, the replica {self.index.block_size}")
+            self.index = index
             log.info("replica %s resumes after stream position %d", self.name, self.position)
         await ensure_stream(self.js, self.config)
         subscription = await self._subscribe()
