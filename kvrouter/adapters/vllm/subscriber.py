@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from functools import partial
 
 import zmq
 import zmq.asyncio
@@ -46,7 +45,6 @@ class EngineSubscriber:
         if self._ctx is not None:
             raise RuntimeError("already started")
         self._ctx = zmq.asyncio.Context()
-        replay = partial(self._replay, self._ctx)
         for engine in self.engines:
             converter = EventConverter(self.block_size, engine.namespace, engine.kv_group)
             self.converters[engine.name] = converter
@@ -55,7 +53,8 @@ class EngineSubscriber:
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.subscribe(engine.topic.encode())
                 sock.connect(stream.endpoint)
-                sequencer = StreamSequencer(stream, converter, self.sink, replay, self.stats)
+                sequencer = StreamSequencer(stream, converter, self.sink, self._replay,
+                                            self.stats)
                 self._tasks.append(asyncio.create_task(
                     self._read(stream, sock, sequencer), name=f"kv-events {stream.endpoint}"))
 
@@ -67,7 +66,7 @@ class EngineSubscriber:
                 await task
         self._tasks.clear()
         if self._ctx is not None:
-            self._ctx.term()
+            self._ctx.destroy(linger=0)
             self._ctx = None
 
     async def __aenter__(self) -> EngineSubscriber:
@@ -103,6 +102,5 @@ class EngineSubscriber:
             self.stats["errors"] += 1
             log.exception("%s: handling KV events failed", stream.endpoint)
 
-    async def _replay(self, ctx: zmq.asyncio.Context, endpoint: str,
-                      start_seq: int) -> tuple[dict[int, bytes], bool]:
-        return await fetch_replay(ctx, endpoint, start_seq, self.replay_idle_timeout_s)
+    async def _replay(self, endpoint: str, start_seq: int) -> tuple[dict[int, bytes], bool]:
+        return await fetch_replay(self._ctx, endpoint, start_seq, self.replay_idle_timeout_s)
