@@ -32,7 +32,7 @@ def turn_tables(run: WorkloadRun, block_size: int) -> str:
                 [
                     t.session,
                     str(t.prompt_tokens),
-                    f"{s.ttft_ms:.1f}",
+                    f"{t.client_ttft_ms:.1f}",
                     str(r.prefill_worker) if r.prefill_worker is not None else "-",
                     str(r.decode_worker),
                     "disagg" if s.disaggregated else "agg",
@@ -54,7 +54,7 @@ def summary(kv: WorkloadRun, baseline: WorkloadRun) -> str:
     rows = []
     for label, run in (("kv-aware", kv), ("round robin", baseline)):
         stats = [t.result.stats for t in run.turns]
-        ttfts = [s.ttft_ms for s in stats]
+        ttfts = [t.client_ttft_ms for t in run.turns]
         prompt = sum(s.prompt_tokens for s in stats)
         rows.append(
             [
