@@ -16,7 +16,9 @@ Hashes = Sequence[int] | Any
 def hash_tokens(tokens: Tokens, block_size: int = 16, namespace: str = "") -> list[int]:
     """Chained sequence hashes of the full blocks; a partial tail is not hashed."""
 
-def hash_tokens_array(tokens: Tokens, block_size: int = 16, namespace: str = "") -> array.array[int]:
+def hash_tokens_array(
+    tokens: Tokens, block_size: int = 16, namespace: str = ""
+) -> array.array[int]:
     """`hash_tokens` as array('Q'): no Python int per hash; `find_matches`
     reads it in place."""
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 
 from kvrouter._core import NoWorkerAvailable
 
@@ -49,14 +50,59 @@ class CandidateCost:
         return {**asdict(self), "overlap": self.overlap, "cost_ms": self.cost_ms}
 
 
-@dataclass
 class Explanation:
     """The candidates with their overlaps and predicted costs, and why the
-    winner won. In a split, decode candidates' costs include the prefill."""
+    winner won. In a split, decode candidates' costs include the prefill.
 
-    reason: str = ""
-    decode_candidates: list[CandidateCost] = field(default_factory=list)
-    prefill_candidates: list[CandidateCost] = field(default_factory=list)
+    Built from the core's raw rows, the candidate objects are made on first
+    access: most decisions are never explained, and making them costs more
+    than the decision itself."""
+
+    def __init__(
+        self,
+        reason: str = "",
+        decode_candidates: Sequence[CandidateCost] = (),
+        prefill_candidates: Sequence[CandidateCost] = (),
+    ) -> None:
+        self.reason = reason
+        self._decode: Sequence = decode_candidates
+        self._prefill: Sequence = prefill_candidates
+        self._raw = False
+
+    @classmethod
+    def from_rows(cls, reason: str, decode_rows: Sequence, prefill_rows: Sequence) -> Explanation:
+        explanation = cls(reason, decode_rows, prefill_rows)
+        explanation._raw = True
+        return explanation
+
+    @property
+    def decode_candidates(self) -> list[CandidateCost]:
+        self._build()
+        return list(self._decode)
+
+    @property
+    def prefill_candidates(self) -> list[CandidateCost]:
+        self._build()
+        return list(self._prefill)
+
+    def decode_candidate(self, worker_id: int | None) -> CandidateCost | None:
+        """The decode-side candidate for one worker, without building the rest."""
+        return self._find(self._decode, worker_id)
+
+    def prefill_candidate(self, worker_id: int | None) -> CandidateCost | None:
+        return self._find(self._prefill, worker_id)
+
+    def _find(self, candidates: Sequence, worker_id: int | None) -> CandidateCost | None:
+        for candidate in candidates:
+            if candidate[0] == worker_id if self._raw else candidate.worker_id == worker_id:
+                return CandidateCost(*candidate) if self._raw else candidate
+        return None
+
+    def _build(self) -> None:
+        if self._raw:
+            self._decode = [CandidateCost(*row) for row in self._decode]
+            self._prefill = [CandidateCost(*row) for row in self._prefill]
+            self._raw = False
 
     def to_dict(self) -> dict:
         return {

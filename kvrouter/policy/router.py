@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from kvrouter._core import PrefixIndex, RoutingCore
 from kvrouter.policy.config import PolicyConfig
-from kvrouter.policy.decision import CandidateCost, Decision, Explanation
+from kvrouter.policy.decision import Decision, Explanation
 
 ROLES = ("prefill", "decode", "both")
 
@@ -107,11 +107,7 @@ class Router:
             prefill_worker=prefill,
             decode_worker=decode,
             disaggregated=prefill is not None,
-            explanation=Explanation(
-                reason,
-                [CandidateCost(*row) for row in decode_rows],
-                [CandidateCost(*row) for row in prefill_rows],
-            ),
+            explanation=Explanation.from_rows(reason, decode_rows, prefill_rows),
             num_blocks=num_blocks,
             prefill_tokens=prefill_tokens,
             predicted_ttft_ms=ttft,
@@ -120,11 +116,13 @@ class Router:
     def prefill_done(self, request_id: str) -> None:
         self._core.prefill_done(request_id)
 
-    def finished(self, request_id: str) -> None:
-        self._core.release(request_id)
+    def finished(self, request_id: str) -> bool:
+        """Frees the request's load; False when it was not booked."""
+        return self._core.release(request_id)
 
-    def cancelled(self, request_id: str) -> None:
-        self._core.release(request_id)
+    def cancelled(self, request_id: str) -> bool:
+        """Frees the request's load; False when it was not booked."""
+        return self._core.release(request_id)
 
     def __len__(self) -> int:
         """Requests booked and not yet finished."""

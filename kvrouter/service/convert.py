@@ -103,13 +103,6 @@ def _candidate(c: CandidateCost, roles) -> pb.Candidate:
     )
 
 
-def chosen(candidates: list[CandidateCost], worker_id: int | None) -> CandidateCost | None:
-    for c in candidates:
-        if c.worker_id == worker_id:
-            return c
-    return None
-
-
 def route_response(decision: Decision, workers, explain: bool) -> pb.RouteResponse:
     """A RouteResponse; without `explain`, only the chosen candidates.
     `workers` is the WorkerTable, for roles and addresses."""
@@ -117,8 +110,8 @@ def route_response(decision: Decision, workers, explain: bool) -> pb.RouteRespon
     if explain:
         decode, prefill = ex.decode_candidates, ex.prefill_candidates
     else:
-        decode = [c for c in (chosen(ex.decode_candidates, decision.decode_worker),) if c]
-        prefill = [c for c in (chosen(ex.prefill_candidates, decision.prefill_worker),) if c]
+        decode = [c for c in (ex.decode_candidate(decision.decode_worker),) if c]
+        prefill = [c for c in (ex.prefill_candidate(decision.prefill_worker),) if c]
     response = pb.RouteResponse(
         request_id=decision.request_id,
         decode_worker=decision.decode_worker,

@@ -20,7 +20,7 @@ from kvrouter.policy import NoWorkerAvailable, Router
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 from kvrouter.service.config import ServiceConfig
-from kvrouter.service.convert import check_namespace, chosen, prompt_tokens, route_response
+from kvrouter.service.convert import check_namespace, prompt_tokens, route_response
 from kvrouter.service.decision_log import DecisionLog
 from kvrouter.service.errors import ServiceError, invalid, not_found
 from kvrouter.service.metrics import ServiceMetrics
@@ -89,7 +89,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
         stats.decisions[(decision.decode_worker, "decode")] += 1
         if decision.prefill_worker is not None:
             stats.decisions[(decision.prefill_worker, "prefill")] += 1
-        winner = chosen(decision.explanation.decode_candidates, decision.decode_worker)
+        winner = decision.explanation.decode_candidate(decision.decode_worker)
         overlap = winner.overlap if winner else 0
         if decision.num_blocks:
             stats.overlap.observe(overlap / decision.num_blocks)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from kvrouter.client import DeadlineExceeded, InvalidArgument, Unavailable
+from kvrouter.client import DeadlineExceeded, InvalidArgument, NotFound, Unavailable
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 
@@ -131,3 +131,10 @@ def test_deregistered_worker_is_gone(router):
     registration = router.worker(5)
     registration.stop_background(deregister=True)
     assert router.client().list_workers() == []
+
+
+def test_finishing_an_unknown_request_is_not_found(router):
+    router.worker(1)
+    client = router.client()
+    with pytest.raises(NotFound):
+        client.finished("never-routed")
