@@ -71,8 +71,6 @@ class ProxiedRequest:
         self.handoff_stats: gen.HandoffStats | None = None
         self.started = time.perf_counter()
         self.token_times: list[float] = []
-        # A decode worker to try next whatever the attempt count (after a failed fetch).
-        self._prefer: tuple[int, str] | None = None
 
     # -- the whole request
 
@@ -136,8 +134,10 @@ class ProxiedRequest:
     async def _decode(self, handoff) -> AsyncIterator[gen.GenerateResponse]:
         candidates = self.decision.explanation.decode_candidates
         attempts = 0
+        target = None
         while True:
-            target = self._next_decode(candidates, attempts)
+            if target is None:
+                target = self._next_decode(candidates, attempts)
             attempts += 1
             worker_id, address = target
             self.decode_worker = worker_id
@@ -154,21 +154,18 @@ class ProxiedRequest:
                         yield chunk
                 return
             except SourceFailed as e:
-                # The decode worker is fine; it continues without the hand-off.
+                # The decode worker is fine: it continues (same target), without the hand-off.
                 self.retries += 1
                 log.warning(
                     "hand-off fetch failed; decode worker prefills",
                     extra={"fields": {"request_id": self.request_id, "error": str(e)}},
                 )
                 self._release_lease()
-                self._prefer = target
             except WorkerFailure as f:
                 self._failed(f, stage)
+                target = None
 
     def _next_decode(self, candidates, attempts: int) -> tuple[int, str]:
-        if self._prefer is not None:
-            preferred, self._prefer = self._prefer, None
-            return preferred
         if attempts >= self.config.max_decode_attempts:
             raise RequestFailed(
                 grpc.StatusCode.UNAVAILABLE,
@@ -182,7 +179,6 @@ class ProxiedRequest:
         )
 
     async def _decode_on(self, worker_id, address, handoff) -> AsyncIterator[gen.GenerateResponse]:
-        self.deadline.timeout(self.config.handoff_timeout_s, "decode")
         call = self.ctx.channels.stub(address).Decode(
             wpb.DecodeRequest(request=self.request, handoff=handoff),
             timeout=self.deadline.remaining(),
