@@ -4,6 +4,7 @@ file of its own under `log_dir`."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -14,6 +15,17 @@ import time
 from pathlib import Path
 
 from kvrouter.client import RouterClient, WorkerInfo
+
+
+# Loaded here, not in the forked child, which should do as little as possible.
+_LIBC = ctypes.CDLL(None) if sys.platform == "linux" else None
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child (Linux): SIGTERM when the process that started it dies, so
+    an interrupted test run or demo leaves no server behind."""
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -62,6 +74,7 @@ class LocalCluster:
                 stderr=log,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **env},
+                preexec_fn=_die_with_parent if _LIBC is not None else None,
             )
 
     def start(self) -> LocalCluster:
