@@ -16,7 +16,6 @@ from pathlib import Path
 
 from kvrouter.client import RouterClient, WorkerInfo
 
-
 # Loaded here, not in the forked child, which should do as little as possible.
 _LIBC = ctypes.CDLL(None) if sys.platform == "linux" else None
 PR_SET_PDEATHSIG = 1
