@@ -27,7 +27,8 @@ from kvrouter.worker.config import WorkerConfig
 from kvrouter.worker.engine_loop import EngineLoop
 from kvrouter.worker.events import MirroredEventSink
 from kvrouter.worker.leases import LeaseTable
-from kvrouter.worker.service import Identity, WorkerService
+from kvrouter.worker.requests import Identity
+from kvrouter.worker.service import WorkerService
 from kvrouter.worker.transfer import GrpcKvTransfer, KvTransfer
 
 log = logging.getLogger("kvrouter.worker.server")
