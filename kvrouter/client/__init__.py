@@ -2,6 +2,7 @@
 registration (`WorkerRegistration`) and KV event publishing
 (`KvEventPublisher`)."""
 
+from kvrouter.client.credentials import Credentials
 from kvrouter.client.event_sink import EventCollector
 from kvrouter.client.publisher import KvEventPublisher
 from kvrouter.client.router import AsyncRouterClient, RouterClient
@@ -23,6 +24,7 @@ from kvrouter.client.worker import WorkerRegistration
 __all__ = [
     "AsyncRouterClient",
     "Candidate",
+    "Credentials",
     "DeadlineExceeded",
     "EventCollector",
     "Explanation",

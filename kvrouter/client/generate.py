@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from kvrouter.client.convert import encode_tokens, rpc_error
+from kvrouter.client.credentials import Credentials, aio_channel
 from kvrouter.client.router import CHANNEL_OPTIONS
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import router_pb2_grpc
@@ -96,8 +97,9 @@ class GenerateClient:
         namespace: str = "",
         timeout: float | None = 120.0,
         channel: grpc.aio.Channel | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        self._channel = channel or grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._channel = channel or aio_channel(target, credentials, CHANNEL_OPTIONS)
         self._router = router_pb2_grpc.RouterStub(self._channel)
         self.namespace = namespace
         self.timeout = timeout

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 import grpc
 
 from kvrouter.client.background import BackgroundLoop
+from kvrouter.client.credentials import Credentials, aio_channel
 from kvrouter.client.event_sink import EventCollector
 from kvrouter.client.router import CHANNEL_OPTIONS
 from kvrouter.proto_gen import router_pb2 as pb
@@ -51,6 +52,7 @@ class KvEventPublisher:
         replay_batches: int = 4096,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 2.0,
+        credentials: Credentials | None = None,
     ) -> None:
         self.target = target
         self.worker_id = worker_id
@@ -60,6 +62,7 @@ class KvEventPublisher:
         self.flush_interval_s = flush_interval_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
+        self.credentials = credentials
         self._pending = EventCollector(namespace)
         self._buffer: deque[pb.EventBatch] = deque(maxlen=replay_batches)
         self._next_seq = 0
@@ -221,7 +224,7 @@ class KvEventPublisher:
     async def _run(self) -> None:
         backoff = self.backoff_initial_s
         while not self._closing:
-            async with grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS) as channel:
+            async with aio_channel(self.target, self.credentials, CHANNEL_OPTIONS) as channel:
                 try:
                     await self._session(router_pb2_grpc.KvEventsStub(channel))
                     backoff = self.backoff_initial_s

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 import grpc
 
 from kvrouter.client.convert import route_request, route_result, rpc_error, worker_info
+from kvrouter.client.credentials import Credentials, aio_channel, sync_channel
 from kvrouter.client.types import RouterError, RouteResult, WorkerInfo
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
@@ -61,9 +62,14 @@ class AsyncRouterClient:
     `DeadlineExceeded`."""
 
     def __init__(
-        self, target: str, *, timeout: float | None = 10.0, channel: grpc.aio.Channel | None = None
+        self,
+        target: str,
+        *,
+        timeout: float | None = 10.0,
+        channel: grpc.aio.Channel | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        self._channel = channel or grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._channel = channel or aio_channel(target, credentials, CHANNEL_OPTIONS)
         self._router = router_pb2_grpc.RouterStub(self._channel)
         self._registry = router_pb2_grpc.RegistryStub(self._channel)
         self.timeout = timeout
@@ -148,9 +154,14 @@ class RouterClient:
     """Blocking client with the same methods as `AsyncRouterClient`."""
 
     def __init__(
-        self, target: str, *, timeout: float | None = 10.0, channel: grpc.Channel | None = None
+        self,
+        target: str,
+        *,
+        timeout: float | None = 10.0,
+        channel: grpc.Channel | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        self._channel = channel or grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._channel = channel or sync_channel(target, credentials, CHANNEL_OPTIONS)
         self._router = router_pb2_grpc.RouterStub(self._channel)
         self._registry = router_pb2_grpc.RegistryStub(self._channel)
         self.timeout = timeout

@@ -13,6 +13,7 @@ import grpc
 
 from kvrouter.client.background import BackgroundLoop
 from kvrouter.client.convert import ROLE_VALUES, rpc_error
+from kvrouter.client.credentials import Credentials, aio_channel
 from kvrouter.client.router import CHANNEL_OPTIONS
 from kvrouter.client.types import Registration, WorkerLoad
 from kvrouter.proto_gen import router_pb2 as pb
@@ -37,6 +38,7 @@ class WorkerRegistration:
         metadata: dict[str, str] | None = None,
         load: Callable[[], WorkerLoad] | None = None,
         timeout: float = 5.0,
+        credentials: Credentials | None = None,
     ) -> None:
         if role not in ROLE_VALUES:
             raise ValueError(f"role must be one of {', '.join(ROLE_VALUES)}")
@@ -49,6 +51,7 @@ class WorkerRegistration:
         self.metadata = dict(metadata or {})
         self.load = load or WorkerLoad
         self.timeout = timeout
+        self.credentials = credentials
         self.registration: Registration | None = None
         self.registrations = 0
         self._channel: grpc.aio.Channel | None = None
@@ -58,7 +61,7 @@ class WorkerRegistration:
 
     async def start(self) -> Registration:
         """Registers (raising RouterError if refused) and starts heartbeats."""
-        self._channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        self._channel = aio_channel(self.target, self.credentials, CHANNEL_OPTIONS)
         self._stub = router_pb2_grpc.RegistryStub(self._channel)
         try:
             registration = await self._register()

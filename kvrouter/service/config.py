@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kvrouter.policy import PolicyConfig
+from kvrouter.service import tls
 
 ENV_PREFIX = "KVROUTER_"
 POLICY_ENV_PREFIX = "KVROUTER_POLICY_"
@@ -51,6 +52,17 @@ class ServiceConfig:
     log_format: str = "json"
     # Log every routing decision (at info level) with its request id.
     log_decisions: bool = True
+    # Bearer tokens, one `ROLE TOKEN` per line (kvrouter/service/auth.py);
+    # empty: no authentication.
+    auth_tokens_file: str = ""
+    # With authentication on: whether health and reflection answer without a token.
+    health_open: bool = True
+    reflection_open: bool = True
+    # PEM files. Cert and key turn TLS on; a client CA as well requires client
+    # certificates signed by it (mTLS).
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     def validate(self) -> None:
@@ -66,6 +78,7 @@ class ServiceConfig:
             raise ValueError("drain_grace_s must be >= 0")
         if self.log_format not in ("json", "text"):
             raise ValueError("log_format must be 'json' or 'text'")
+        tls.check(self)
         self.policy.validate()
 
     def to_dict(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from grpc_reflection.v1alpha import reflection
 from kvrouter._core import PrefixIndex
 from kvrouter.policy import Router
 from kvrouter.proto_gen import router_pb2, router_pb2_grpc
-from kvrouter.service import logs
+from kvrouter.service import auth, logs, tls
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.events import EventIngest
 from kvrouter.service.generate import GenerationProxy, ProxyingRouterService
@@ -97,11 +97,12 @@ class RouterServer:
     async def start(self) -> None:
         max_bytes = max(4 << 20, self.config.max_prompt_tokens * 5 + (1 << 20))
         server = grpc.aio.server(
+            interceptors=auth.interceptors(self.config),
             options=[
                 ("grpc.max_receive_message_length", max_bytes),
                 ("grpc.max_send_message_length", max_bytes),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         router_pb2_grpc.add_RouterServicer_to_server(self.routing, server)
         router_pb2_grpc.add_RegistryServicer_to_server(self.registry, server)
@@ -110,7 +111,7 @@ class RouterServer:
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
-        self.port = server.add_insecure_port(self.config.listen)
+        self.port = tls.add_port(server, self.config)
         if self.port == 0:
             raise OSError(f"cannot listen on {self.config.listen}")
         await server.start()
