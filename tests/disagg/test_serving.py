@@ -5,10 +5,13 @@ cancelled or late requests leave nothing behind."""
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
 from kvrouter.client import DeadlineExceeded, InvalidArgument
+from kvrouter.client.generate import GenerateClient
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import router_pb2_grpc
 
@@ -103,3 +106,38 @@ def test_bad_input_is_refused(settled):
         generate(settled.target, [1, 2, 3], 0)
     with pytest.raises(InvalidArgument, match=r"\[0, 256\)"):
         generate(settled.target, [1, 2, 100_000], 4)
+
+
+def test_concurrent_requests_all_match_the_reference(settled, reference):
+    shared = prompt(90, 160)
+    prompts = [shared + prompt(100 + i, 40 + 37 * i) for i in range(12)]
+
+    async def run():
+        async with GenerateClient(settled.target, timeout=60.0) as client:
+            return await asyncio.gather(
+                *(client.generate(p, max_tokens=12, ignore_eos=True) for p in prompts)
+            )
+
+    results = asyncio.run(run())
+    for tokens, result in zip(prompts, results, strict=True):
+        assert result.token_ids == reference(tokens, 12)
+    assert any(r.stats.disaggregated for r in results)
+
+
+def test_heartbeats_carry_the_load(settled):
+    with grpc.insecure_channel(settled.target) as channel:
+        call = router_pb2_grpc.RouterStub(channel).Generate(
+            gen.GenerateRequest(
+                tokens=prompt(95, 100),
+                sampling=gen.SamplingParams(max_tokens=1800, ignore_eos=True),
+            )
+        )
+        decode_worker = next(call).decode_worker
+        wait_until(
+            lambda: any(
+                w.worker_id == decode_worker and w.active_requests >= 1
+                for w in settled.list_workers()
+            ),
+            what="the decode worker to report its running request",
+        )
+        call.cancel()
