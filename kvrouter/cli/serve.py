@@ -1,4 +1,5 @@
-"""`kvrouter serve`: run the router service."""
+"""`kvrouter serve`: run the router service, alone or as one replica of
+several on NATS JetStream (`--nats URL --replica-name NAME`)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,27 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         effective = config.load(args)
-    except (ValueError, OSError) as e:
+        replica = _replica_server(effective) if effective.nats else None
+    except (ValueError, OSError, ImportError) as e:
         print(f"kvrouter serve: {e}", file=sys.stderr)
         return 2
     if args.print_config:
         print(json.dumps(effective.to_dict(), indent=2))
         return 0
-    server.run(effective)
+    if replica is not None:
+        from kvrouter.adapters.nats import replica_server
+
+        replica_server.run(replica)
+    else:
+        server.run(effective)
     return 0
+
+
+def _replica_server(effective):
+    try:
+        from kvrouter.adapters.nats.replica_server import ReplicaServer
+    except ImportError as e:
+        raise ImportError(
+            f"{e}: router replicas need the adapters extra (pip install 'kvrouter[adapters]')"
+        ) from e
+    return ReplicaServer(effective)

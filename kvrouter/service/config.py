@@ -52,6 +52,17 @@ class ServiceConfig:
     log_format: str = "json"
     # Log every routing decision (at info level) with its request id.
     log_decisions: bool = True
+    # NATS server URLs, comma-separated. Set, the router runs as one replica
+    # of several: KV events come from the JetStream stream and the load book
+    # is shared with the other replicas. Empty: one router, events over gRPC.
+    nats: str = ""
+    # The replica's name, unique and stable across restarts (its durable
+    # consumer's name); required with `nats`.
+    replica_name: str = ""
+    # Where the replicas meet: the stream of event batches and the subject
+    # prefix (batches on `<prefix>.events.<worker>`, bookings on `<prefix>.load`).
+    nats_stream: str = "KVROUTER_EVENTS"
+    nats_subject_prefix: str = "kvrouter"
     # Bearer tokens, one `ROLE TOKEN` per line (kvrouter/service/auth.py);
     # empty: no authentication.
     auth_tokens_file: str = ""
@@ -76,6 +87,10 @@ class ServiceConfig:
             raise ValueError("need 0 < heartbeat_interval_s < heartbeat_ttl_s")
         if self.drain_grace_s < 0:
             raise ValueError("drain_grace_s must be >= 0")
+        if self.nats and not self.replica_name:
+            raise ValueError(
+                "nats needs replica_name: a name unique to this replica and stable across restarts"
+            )
         if self.log_format not in ("json", "text"):
             raise ValueError("log_format must be 'json' or 'text'")
         tls.check(self)

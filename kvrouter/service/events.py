@@ -45,8 +45,18 @@ class _Stream:
 
 
 class EventIngest(router_pb2_grpc.KvEventsServicer):
-    def __init__(self, index: PrefixIndex, workers: WorkerTable, metrics: ServiceMetrics) -> None:
+    def __init__(
+        self,
+        index: PrefixIndex,
+        workers: WorkerTable,
+        metrics: ServiceMetrics,
+        *,
+        refusal: str = "",
+    ) -> None:
         self.index = index
+        # Set when the index takes its events from elsewhere: every Publish
+        # stream is refused with it (FAILED_PRECONDITION).
+        self.refusal = refusal
         self.workers = workers
         self.metrics = metrics
         self._streams: dict[int, _Stream] = {}
@@ -87,6 +97,8 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
         self._streams.clear()
 
     async def Publish(self, request_iterator, context):
+        if self.refusal:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, self.refusal)
         try:
             first = await anext(aiter(request_iterator))
             stream = self._open(first)

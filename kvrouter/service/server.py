@@ -39,6 +39,14 @@ SERVICE_NAMES = tuple(
 )
 
 
+# Why a router whose index is fed from elsewhere refuses KV events over gRPC.
+EVENTS_ELSEWHERE = (
+    "this router replica reads KV events from the NATS JetStream stream; publish them "
+    "there (`kvrouter bridge` for vLLM/SGLang engines, `JetStreamWorkerPublisher` for "
+    "kvrouter workers), not to the router"
+)
+
+
 def _load_index(config: ServiceConfig) -> PrefixIndex:
     path = Path(config.snapshot_path) if config.snapshot_path else None
     if path is not None and path.exists():
@@ -55,14 +63,29 @@ def _load_index(config: ServiceConfig) -> PrefixIndex:
 class RouterServer:
     """One router instance. `await start()`, then `await stop()`."""
 
-    def __init__(self, config: ServiceConfig) -> None:
+    def __init__(
+        self, config: ServiceConfig, *, index: PrefixIndex | None = None, policy=None
+    ) -> None:
+        """`index` and `policy` replace the ones the router builds itself: a
+        router replica passes the index it feeds from the NATS event stream
+        and its `SharedLoadRouter`. An index passed in is the caller's to
+        feed, restore and snapshot, so this server then refuses KV events over
+        gRPC and leaves departing workers' entries in it."""
         config.validate()
         self.config = config
-        self.index = _load_index(config)
-        self.policy = Router(self.index, config.policy)
+        self.owns_index = index is None
+        self.index = _load_index(config) if index is None else index
+        self.policy = Router(self.index, config.policy) if policy is None else policy
+        if self.policy.index is not self.index or self.index.block_size != config.block_size:
+            raise ValueError(
+                f"the policy must route over the index, of block size {config.block_size}"
+            )
         self.metrics = ServiceMetrics()
-        self.workers = WorkerTable(self.policy, self.index, config.heartbeat_ttl_s)
-        self.events = EventIngest(self.index, self.workers, self.metrics)
+        self.workers = WorkerTable(
+            self.policy, self.index, config.heartbeat_ttl_s, owns_index=self.owns_index
+        )
+        refusal = "" if self.owns_index else EVENTS_ELSEWHERE
+        self.events = EventIngest(self.index, self.workers, self.metrics, refusal=refusal)
         self.generation = GenerationProxy(self.policy, self.workers, config, ProxyConfig.from_env())
         self.routing = ProxyingRouterService(
             self.policy, self.workers, self.metrics, config, generation=self.generation
@@ -123,7 +146,7 @@ class RouterServer:
         self._tasks.append(asyncio.create_task(self._expire_loop()))
         if self.routing.decision_log.enabled:
             self._tasks.append(asyncio.create_task(self.routing.decision_log.run()))
-        if self.index.stats()["workers"]:
+        if self.owns_index and self.index.stats()["workers"]:
             self._tasks.append(asyncio.create_task(self._forget_unclaimed()))
         log.info(
             "router serving",
@@ -169,7 +192,7 @@ class RouterServer:
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
             self._metrics_http.server_close()
-        if self.config.snapshot_path:
+        if self.owns_index and self.config.snapshot_path:
             self._write_snapshot(Path(self.config.snapshot_path))
         self._stopped.set()
         log.info("stopped")

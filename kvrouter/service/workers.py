@@ -37,10 +37,15 @@ class WorkerRecord:
 
 
 class WorkerTable:
-    def __init__(self, router: Router, index: PrefixIndex, heartbeat_ttl_s: float) -> None:
+    def __init__(
+        self, router: Router, index: PrefixIndex, heartbeat_ttl_s: float, *, owns_index: bool = True
+    ) -> None:
         self.router = router
         self.index = index
         self.ttl_s = heartbeat_ttl_s
+        # A router replica's index follows the event stream alone, as every
+        # replica's does; dropping a worker's entries here would set it apart.
+        self.owns_index = owns_index
         self._workers: dict[int, WorkerRecord] = {}
 
     def __contains__(self, worker_id: int) -> bool:
@@ -120,7 +125,7 @@ class WorkerTable:
         log.info("worker removed", extra={"fields": {"worker_id": worker_id, "reason": reason}})
 
     def drop_index_entries(self, worker_id: int) -> None:
-        if worker_id in self.index.workers():
+        if self.owns_index and worker_id in self.index.workers():
             self.index.remove_worker(worker_id)
 
     def expire(self, now: float | None = None) -> list[int]:

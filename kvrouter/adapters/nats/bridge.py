@@ -1,7 +1,7 @@
 """Publishes vLLM/SGLang engines' KV events to the JetStream stream, for
 router replicas to consume:
 
-    python -m kvrouter.adapters.nats.bridge --nats nats://10.0.0.1:4222 engines.toml
+    kvrouter bridge --nats nats://10.0.0.1:4222 engines.toml
 
 Run one bridge per engine (next to it, or one for a group of engines): the
 stream carries each worker's batches in the order one bridge published them.
@@ -10,18 +10,17 @@ A restarted bridge continues each worker's numbering from the stream.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import logging
 import signal
+import sys
 
 import nats
 
 from kvrouter.adapters.nats.config import NatsConfig
 from kvrouter.adapters.nats.publisher import JetStreamSink
 from kvrouter.adapters.nats.stream import ensure_stream
-from kvrouter.adapters.vllm.config import EngineConfig, load_engines
+from kvrouter.adapters.vllm.config import EngineConfig
 from kvrouter.adapters.vllm.subscriber import EngineSubscriber
 
 
@@ -59,7 +58,7 @@ class EngineBridge:
         await self.stop()
 
 
-async def _serve(config: NatsConfig, engines: list[EngineConfig], block_size: int) -> None:
+async def serve(config: NatsConfig, engines: list[EngineConfig], block_size: int) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -69,19 +68,12 @@ async def _serve(config: NatsConfig, engines: list[EngineConfig], block_size: in
         await stop.wait()
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("engines", help="engine config (.toml or .json)")
-    parser.add_argument("--nats", action="append", required=True, help="NATS server URL")
-    parser.add_argument("--stream", default=NatsConfig.stream)
-    parser.add_argument("--subject-prefix", default=NatsConfig.subject_prefix)
-    parser.add_argument("--block-size", type=int, default=16)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO)
-    config = NatsConfig(servers=tuple(args.nats), stream=args.stream,
-                        subject_prefix=args.subject_prefix)
-    asyncio.run(_serve(config, load_engines(args.engines), args.block_size))
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kvrouter.adapters.nats.bridge`, the same as `kvrouter bridge`."""
+    from kvrouter import cli
+
+    return cli.main(["bridge", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

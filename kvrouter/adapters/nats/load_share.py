@@ -76,7 +76,7 @@ class SharedLoadRouter:
     # -- the Router's lifecycle, shared
     def route(self, request_id: str, tokens, namespace: str = ""):
         decision = self.router.route(request_id, tokens, namespace)
-        booking = _booking_of(decision, len(tokens), self.router.index.block_size)
+        booking = _booking_of(decision)
         self._book(self.replica, request_id, booking)
         self._post(["route", self.replica, request_id, *astuple(booking)])
         self._expire()
@@ -87,12 +87,24 @@ class SharedLoadRouter:
         self._close_prefill(self.replica, request_id)
         self._post(["prefill_done", self.replica, request_id])
 
-    def finished(self, request_id: str) -> None:
-        self.router.finished(request_id)
+    def finished(self, request_id: str) -> bool:
+        """False when the request was not booked (as the Router answers)."""
+        booked = self.router.finished(request_id)
         self._unbook(self.replica, request_id)
         self._post(["finished", self.replica, request_id])
+        return booked
 
     cancelled = finished
+
+    # -- the registry: a worker joining this replica starts with the load the
+    # other replicas booked on it, and one that leaves forgets its reports.
+    def upsert_worker(self, worker_id: int, role: str, capacity_blocks: int) -> None:
+        self.router.upsert_worker(worker_id, role, capacity_blocks)
+        self._push(worker_id)
+
+    def remove_worker(self, worker_id: int) -> list[str]:
+        self._reported.pop(worker_id, None)
+        return self.router.remove_worker(worker_id)
 
     def report_load(self, worker_id: int, queued_prefill_tokens: int,
                     active_decode_blocks: int, active_requests: int) -> None:
@@ -194,13 +206,10 @@ class SharedLoadRouter:
                 self._book(replica, request_id, Booking(*fields))
 
 
-def _booking_of(decision, num_tokens: int, block_size: int) -> Booking:
+def _booking_of(decision) -> Booking:
     """What the policy charged for a decision: the prompt's uncached tokens
     on the prefill worker, its blocks and one request on the decode worker."""
     prefill = decision.prefill_worker if decision.prefill_worker is not None else \
         decision.decode_worker
-    candidates = decision.explanation.prefill_candidates + \
-        decision.explanation.decode_candidates
-    overlap = next((c.overlap for c in candidates if c.worker_id == prefill), 0)
-    return Booking(prefill, decision.decode_worker,
-                   max(num_tokens - overlap * block_size, 0), decision.num_blocks)
+    return Booking(prefill, decision.decode_worker, decision.prefill_tokens,
+                   decision.num_blocks)

@@ -19,12 +19,14 @@ class RouterReplica:
     with `replica.router` (a `SharedLoadRouter`) and read `replica.index`."""
 
     def __init__(self, config: NatsConfig, name: str, *, policy: PolicyConfig | None = None,
-                 block_size: int = 16, snapshot_path: str | Path | None = None,
+                 block_size: int = 16, max_blocks: int | None = None,
+                 snapshot_path: str | Path | None = None,
                  snapshot_interval_s: float = 30.0, book_interval_s: float = 2.0) -> None:
         self.config = config
         self.name = name
         self.policy = policy
         self.block_size = block_size
+        self.max_blocks = max_blocks
         self.snapshot_path = snapshot_path
         self.snapshot_interval_s = snapshot_interval_s
         self.book_interval_s = book_interval_s
@@ -39,7 +41,7 @@ class RouterReplica:
     async def start(self) -> None:
         self.nc = await nats.connect(servers=list(self.config.servers), name=self.name)
         self.events = IndexReplica(self.nc, self.config, self.name, block_size=self.block_size,
-                                   snapshot_path=self.snapshot_path,
+                                   max_blocks=self.max_blocks, snapshot_path=self.snapshot_path,
                                    snapshot_interval_s=self.snapshot_interval_s)
         await self.events.start()
         # The router reads the index the replica restored or created.

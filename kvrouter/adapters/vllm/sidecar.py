@@ -5,19 +5,18 @@ registers each DP rank with the router as a worker (with heartbeats) and
 forwards the events over the router's KvEvents stream. The engines need no
 change and the router no ZMQ access to them:
 
-    python -m kvrouter.adapters.vllm.sidecar --router 10.0.0.1:50051 engines.toml
+    kvrouter sidecar --router 10.0.0.1:50051 engines.toml
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import logging
 import signal
+import sys
 
 from kvrouter.adapters.events import RemovedBlocks, StoredBlocks, WorkerBatch
-from kvrouter.adapters.vllm.config import EngineConfig, load_engines
+from kvrouter.adapters.vllm.config import EngineConfig
 from kvrouter.adapters.vllm.subscriber import EngineSubscriber
 from kvrouter.client import KvEventPublisher, WorkerRegistration
 
@@ -92,7 +91,7 @@ class VllmSidecar:
         await self.stop()
 
 
-async def _serve(router: str, engines: list[EngineConfig], block_size: int) -> None:
+async def serve(router: str, engines: list[EngineConfig], block_size: int) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -102,15 +101,12 @@ async def _serve(router: str, engines: list[EngineConfig], block_size: int) -> N
         await stop.wait()
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("engines", help="engine config (.toml or .json)")
-    parser.add_argument("--router", required=True, help="the router's gRPC address")
-    parser.add_argument("--block-size", type=int, default=16)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO)
-    asyncio.run(_serve(args.router, load_engines(args.engines), args.block_size))
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kvrouter.adapters.vllm.sidecar`, the same as `kvrouter sidecar`."""
+    from kvrouter import cli
+
+    return cli.main(["sidecar", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
