@@ -26,6 +26,7 @@ from kvrouter.service.metrics import ServiceMetrics
 from kvrouter.service.workers import WorkerTable
 
 log = logging.getLogger("kvrouter.service.events")
+LAST_SEQ = 2**64 - 1
 
 
 class _Stream:
@@ -172,6 +173,9 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
             stream.close()
 
     def _apply(self, worker_id: int, batch: pb.EventBatch) -> pb.PublishReply | None:
+        if batch.seq == LAST_SEQ:
+            # Its acknowledgement, seq + 1, would not fit the u64 field.
+            raise invalid(f"batch {batch.seq}: batch numbers end at {LAST_SEQ - 1}")
         try:
             events = core_events(batch.events)
             if batch.resync:

@@ -93,6 +93,8 @@ def decode_batch(payload: bytes) -> EngineBatch:
         raise WireError("the batch has no event list")
     if rank is not None and (not isinstance(rank, int) or rank < 0):
         raise WireError(f"bad data_parallel_rank {rank!r}")
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
+        raise WireError(f"bad ts {ts!r}: the batch timestamp is a number")
     batch = EngineBatch(float(ts or 0.0), [], rank)
     for index, raw_event in enumerate(events):
         tag, fields = _split(raw_event, index)

@@ -1,0 +1,34 @@
+"""The router's state objects without a server: what the service's input
+paths (event ingestion, routing) are fuzzed against."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kvrouter._core import PrefixIndex
+from kvrouter.policy import Router
+from kvrouter.service.config import ServiceConfig
+from kvrouter.service.events import EventIngest
+from kvrouter.service.metrics import ServiceMetrics
+from kvrouter.service.routing import RouterService
+from kvrouter.service.workers import WorkerRecord, WorkerTable
+
+BLOCK = 4
+WORKER = 1
+
+
+class ServiceState:
+    def __init__(self, **config) -> None:
+        defaults = dict(block_size=BLOCK, log_decisions=False, max_prompt_tokens=64)
+        self.config = dataclasses.replace(ServiceConfig(), **{**defaults, **config})
+        self.index = PrefixIndex(BLOCK)
+        self.policy = Router(self.index, self.config.policy)
+        self.metrics = ServiceMetrics()
+        self.workers = WorkerTable(self.policy, self.index, self.config.heartbeat_ttl_s)
+        self.workers.register(WorkerRecord(WORKER, "both", "w1:1", BLOCK, 10_000))
+        self.events = EventIngest(self.index, self.workers, self.metrics)
+        self.routing = RouterService(self.policy, self.workers, self.metrics, self.config)
+
+    def snapshot(self):
+        """What a refused input must leave unchanged."""
+        return self.index.stats(), self.index.workers(), self.policy.load(WORKER)
