@@ -11,8 +11,10 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--chats", type=int, default=4, help="multi-turn chat sessions")
-    parser.add_argument("--agents", type=int, default=2, help="agent sessions")
+    parser.add_argument("--chats", type=int, default=6, help="multi-turn chat sessions")
+    parser.add_argument("--agents", type=int, default=3, help="agent sessions")
+    parser.add_argument("--chat-turns", type=int, default=4, help="turns per chat")
+    parser.add_argument("--agent-steps", type=int, default=5, help="steps per agent")
     parser.add_argument("--max-tokens", type=int, default=24, help="tokens generated per turn")
     parser.add_argument(
         "--local-prefill-max-tokens",
@@ -31,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
         DemoOptions(
             chats=args.chats,
             agents=args.agents,
+            chat_turns=args.chat_turns,
+            agent_steps=args.agent_steps,
             max_tokens=args.max_tokens,
             local_prefill_max_tokens=args.local_prefill_max_tokens,
             seed=args.seed,

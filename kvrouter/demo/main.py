@@ -22,8 +22,10 @@ BLOCK_SIZE = 16
 
 @dataclass
 class DemoOptions:
-    chats: int = 4
-    agents: int = 2
+    chats: int = 6
+    agents: int = 3
+    chat_turns: int = 4
+    agent_steps: int = 5
     max_tokens: int = 24
     # Prefill on the decode worker when at most this many prompt tokens are
     # uncached there (the policy's conditional disaggregation threshold).
@@ -33,7 +35,13 @@ class DemoOptions:
 
 
 def _run(model: Path, policy: str, options: DemoOptions, log_dir: Path) -> WorkloadRun:
-    sessions = build_workload(chats=options.chats, agents=options.agents, seed=options.seed)
+    sessions = build_workload(
+        chats=options.chats,
+        agents=options.agents,
+        chat_turns=options.chat_turns,
+        agent_steps=options.agent_steps,
+        seed=options.seed,
+    )
     env = {"KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS": str(options.local_prefill_max_tokens)}
     cluster = LocalCluster(
         model,
@@ -74,8 +82,6 @@ def run_demo(options: DemoOptions) -> int:
                 return 1
     print("\nkv-aware routing, per turn (P and D are worker ids; 1-2 prefill, 3-4 decode)\n")
     print(turn_tables(runs["kv"], BLOCK_SIZE))
-    print("\nround robin, per turn\n")
-    print(turn_tables(runs["round_robin"], BLOCK_SIZE))
     print("\nsummary (same workload, fresh workers for each policy)\n")
     print(summary(runs["kv"], runs["round_robin"]))
     return 0

@@ -1,6 +1,6 @@
 """Drives a workload through the router's proxied Generate with the Python
-client: every session concurrently, each session's turns in order, the
-model's answers appended to the conversation."""
+client: sessions concurrently (started a little apart), each session's turns
+in order, the model's answers appended to the conversation."""
 
 from __future__ import annotations
 
@@ -57,14 +57,18 @@ async def run_workload(
     *,
     max_tokens: int = 24,
     progress: bool = True,
+    stagger_s: float = 0.03,
 ) -> WorkloadRun:
+    """Session i starts `i * stagger_s` after the first: users arrive one after
+    another, not in one synchronized burst."""
     total = sum(len(s.turns) for s in sessions)
     bar = ProgressBar(total, policy) if progress else None
     turns: list[TurnResult] = []
     started = time.perf_counter()
     async with GenerateClient(target) as client:
 
-        async def converse(session: Session) -> None:
+        async def converse(start_s: float, session: Session) -> None:
+            await asyncio.sleep(start_s)
             history: list[int] = []
             for index, new_tokens in enumerate(session.turns):
                 history += new_tokens
@@ -76,7 +80,7 @@ async def run_workload(
                 if bar is not None:
                     bar.advance()
 
-        await asyncio.gather(*(converse(s) for s in sessions))
+        await asyncio.gather(*(converse(i * stagger_s, s) for i, s in enumerate(sessions)))
     order = {s.name: i for i, s in enumerate(sessions)}
     turns.sort(key=lambda t: (t.turn, order[t.session]))
     return WorkloadRun(policy, turns, time.perf_counter() - started)
