@@ -10,6 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bench/results
 python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'"
+# The engine imports the Rust core; build it here if this checkout lacks it.
+python -c "import kvrouter._core" 2>/dev/null || pip install -q -e ".[test]"
 
 echo "== kernel tests on CUDA"
 python -m pytest -q tests/engine/test_kernels.py
