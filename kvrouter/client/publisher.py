@@ -52,6 +52,7 @@ class KvEventPublisher:
         replay_batches: int = 4096,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 2.0,
+        max_pending_events: int = 1_000_000,
         credentials: Credentials | None = None,
     ) -> None:
         self.target = target
@@ -62,6 +63,7 @@ class KvEventPublisher:
         self.flush_interval_s = flush_interval_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
+        self.max_pending_events = max_pending_events
         self.credentials = credentials
         self._pending = EventCollector(namespace)
         self._buffer: deque[pb.EventBatch] = deque(maxlen=replay_batches)
@@ -75,6 +77,11 @@ class KvEventPublisher:
         self._runner: asyncio.Future | None = None
         self.connected = False
         self.resyncs_answered = 0
+        # A new publisher (say, a restarted worker) may reuse batch numbers
+        # that the router applied from its previous life, so its first batch
+        # is a resync: it replaces the old entries whatever the numbers say.
+        self._fresh = True
+        self.overflows = 0
         self.dumps_sent = 0
 
     # -- the event sink (any thread)
@@ -105,6 +112,9 @@ class KvEventPublisher:
 
     def _added(self) -> None:
         count = len(self._pending.events)
+        if count > self.max_pending_events:
+            self._overflow()
+            return
         if (count == 1 or count >= self.max_batch_events) and self._bg is not None:
             self._bg.call_soon(self._kick)
 
@@ -156,6 +166,11 @@ class KvEventPublisher:
     def next_seq(self) -> int:
         return self._next_seq
 
+    @property
+    def pending_events(self) -> int:
+        """Events not yet cut into a batch; at most `max_pending_events`."""
+        return len(self._pending.events)
+
     # -- batching and the replay buffer (under the lock)
     def _cut(self) -> None:
         if self._pending.events:
@@ -175,6 +190,38 @@ class KvEventPublisher:
             self._lock.notify_all()
         if self._cursor is None or self._cursor < next_seq:
             self._cursor = next_seq
+
+    def _overflow(self) -> None:
+        """Bounds memory while the router is away or slower than the engine:
+        drops what is pending and skips a batch number, so the router sees a
+        gap and asks for a resync, which the dump answers."""
+        self._pending.events = []
+        self._buffer.clear()
+        self._next_seq += 1
+        self.overflows += 1
+        log.warning(
+            "pending events over the bound; dropped, a resync will follow",
+            extra={"fields": {"worker_id": self.worker_id, "bound": self.max_pending_events}},
+        )
+
+    def _start_fresh(self) -> None:
+        """The first batch this publisher sends: everything it has emitted,
+        as a resync, or a dump when the buffer no longer holds it all."""
+        self._fresh = False
+        with self._lock:
+            self._cut()
+            if not self.overflows and (not self._buffer or self._buffer[0].seq == 0):
+                events = [event for batch in self._buffer for event in batch.events]
+                self._buffer.clear()
+                self._buffer.append(
+                    pb.EventBatch(
+                        seq=self._next_seq, events=events, resync=True, emitted_at=time.time()
+                    )
+                )
+                self._cursor = self._next_seq
+                self._next_seq += 1
+                return
+        self._dump()
 
     def _on_resync(self, expected: int) -> None:
         """Replays from the buffer when it reaches back to `expected`, else dumps."""
@@ -277,7 +324,9 @@ class KvEventPublisher:
         try:
             async for reply in call:
                 self.connected = True
-                if reply.WhichOneof("kind") == "ack":
+                if self._fresh:
+                    self._start_fresh()
+                elif reply.WhichOneof("kind") == "ack":
                     self._on_ack(reply.ack.next_seq)
                 else:
                     self._on_resync(reply.resync.expected_seq)
