@@ -163,6 +163,8 @@ impl PrefixIndex {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod model_tests;
 #[cfg(test)]
 mod tests;
