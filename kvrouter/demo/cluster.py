@@ -4,7 +4,6 @@ file of its own under `log_dir`."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
@@ -16,15 +15,16 @@ from pathlib import Path
 
 from kvrouter.client import RouterClient, WorkerInfo
 
-# Loaded here, not in the forked child, which should do as little as possible.
-_LIBC = ctypes.CDLL(None) if sys.platform == "linux" else None
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child (Linux): SIGTERM when the process that started it dies, so
-    an interrupted test run or demo leaves no server behind."""
-    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+# On Linux each child first asks for SIGTERM when the process that started it
+# dies (PR_SET_PDEATHSIG, kept across exec), then becomes the CLI: an
+# interrupted test run or demo leaves no server behind. (Done in the child
+# itself: a preexec_fn would run gRPC's fork handlers in a forked copy of
+# this process, which aborts.)
+_EXIT_WITH_PARENT = (
+    "import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'kvrouter.cli', *sys.argv[1:]])"
+)
+_LAUNCHER = ["-c", _EXIT_WITH_PARENT] if sys.platform == "linux" else ["-m", "kvrouter.cli"]
 
 
 def free_port() -> int:
@@ -68,12 +68,11 @@ class LocalCluster:
         # The child keeps its own copy of the file descriptor.
         with open(self.log_dir / f"{name}.log", "ab") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", "kvrouter.cli", *args],
+                [sys.executable, *_LAUNCHER, *args],
                 stdout=log,
                 stderr=log,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **env},
-                preexec_fn=_die_with_parent if _LIBC is not None else None,
             )
 
     def start(self) -> LocalCluster:
@@ -111,7 +110,10 @@ class LocalCluster:
         role = self.roles[worker_id - 1]
         args = ["worker", "--model", self.model, "--router", self.target, "--role", role]
         args += ["--worker-id", str(worker_id), "--log-format", "text", *self.worker_args]
-        self.workers[worker_id] = self._spawn(f"worker-{worker_id}-{role}", args, {})
+        self.workers[worker_id] = self._spawn(self._log_name(worker_id), args, {})
+
+    def _log_name(self, worker_id: int) -> str:
+        return f"worker-{worker_id}-{self.roles[worker_id - 1]}"
 
     def wait_for_workers(self, deadline: float | None = None) -> list[WorkerInfo]:
         """Waits until every running worker is registered and routable."""
@@ -119,8 +121,10 @@ class LocalCluster:
         while time.monotonic() < deadline:
             for worker_id, process in self.workers.items():
                 if process.poll() is not None:
+                    log = self.log_dir / f"{self._log_name(worker_id)}.log"
+                    tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
                     raise ClusterError(
-                        f"worker {worker_id} exited with {process.returncode}; see {self.log_dir}"
+                        f"worker {worker_id} exited with {process.returncode}; {log} ends:\n{tail}"
                     )
             alive = {w for w, p in self.workers.items() if p.poll() is None}
             try:
