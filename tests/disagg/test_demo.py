@@ -9,7 +9,8 @@ import sys
 
 def test_demo_runs_and_compares_with_round_robin(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "kvrouter.cli", "demo", "--chats", "2", "--agents", "1"],
+        [sys.executable, "-m", "kvrouter.cli", "demo", "--chats", "2", "--agents", "1"]
+        + ["--chat-turns", "3", "--agent-steps", "4"],
         capture_output=True,
         text=True,
         timeout=300,
