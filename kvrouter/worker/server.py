@@ -138,10 +138,6 @@ class WorkerServer:
     def address(self) -> str:
         return self.identity.address
 
-    @property
-    def worker_id(self) -> int:
-        return self.identity.worker_id
-
     async def stop(self, grace: float = 1.0) -> None:
         """Leaves the router, lets calls in flight finish for `grace` seconds, stops."""
         if self.registration is not None:
