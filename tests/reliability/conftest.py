@@ -3,8 +3,6 @@ that can be killed for real."""
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import subprocess
 import sys
 import threading
@@ -12,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from threaded_router import ThreadedRouter, router_config, started_routers
 
 from kvrouter.client import RouterClient
-from kvrouter.service import RouterServer, ServiceConfig
 
 WORKER_SCRIPT = Path(__file__).with_name("worker_process.py")
 
@@ -27,26 +25,10 @@ def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> Non
         time.sleep(0.02)
 
 
-class LocalRouter:
+class LocalRouter(ThreadedRouter):
     def __init__(self, **overrides) -> None:
-        defaults = dict(listen="127.0.0.1:0", metrics_listen="", log_decisions=False)
-        config = dataclasses.replace(ServiceConfig(), **{**defaults, **overrides})
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-        self.server = RouterServer(config)
-        self.call(self.server.start())
-        self.target = f"127.0.0.1:{self.server.port}"
+        super().__init__(router_config(**overrides))
         self.client = RouterClient(self.target, timeout=5)
-
-    def call(self, coro, timeout: float = 30.0):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def on_loop(self, fn, *args):
-        async def wrapper():
-            return fn(*args)
-
-        return self.call(wrapper())
 
     def index_blocks(self) -> dict[int, int]:
         """Blocks in the index per worker."""
@@ -54,24 +36,12 @@ class LocalRouter:
 
     def stop(self) -> None:
         self.client.close()
-        self.call(self.server.stop(grace=0))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
+        super().stop()
 
 
 @pytest.fixture
 def start_router():
-    started: list[LocalRouter] = []
-
-    def start(**overrides) -> LocalRouter:
-        router = LocalRouter(**overrides)
-        started.append(router)
-        return router
-
-    yield start
-    for router in started:
-        router.stop()
+    yield from started_routers(LocalRouter)
 
 
 @pytest.fixture

@@ -3,35 +3,19 @@ of its own thread, and stopped after the test."""
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import threading
-
 import pytest
+from threaded_router import ThreadedRouter, router_config, started_routers
 
 from kvrouter.client import KvEventPublisher, RouterClient, WorkerRegistration
-from kvrouter.service import RouterServer, ServiceConfig
+from kvrouter.service import ServiceConfig
 
 
-class RunningRouter:
+class RunningRouter(ThreadedRouter):
+    """A router whose clients, workers and publishers close before it stops."""
+
     def __init__(self, config: ServiceConfig) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-        self.server = RouterServer(config)
-        self.call(self.server.start())
-        self.target = f"127.0.0.1:{self.server.port}"
+        super().__init__(config)
         self._cleanups: list = []
-
-    def call(self, coro, timeout: float = 30.0):
-        """Runs a coroutine on the router's loop (where its state lives)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def on_loop(self, fn, *args):
-        async def wrapper():
-            return fn(*args)
-
-        return self.call(wrapper())
 
     def client(self) -> RouterClient:
         client = RouterClient(self.target)
@@ -60,29 +44,16 @@ class RunningRouter:
     def stop(self) -> None:
         for cleanup in reversed(self._cleanups):
             cleanup()
-        self.call(self.server.stop(grace=0))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
+        super().stop()
 
 
 def local_config(**overrides) -> ServiceConfig:
-    defaults = dict(listen="127.0.0.1:0", metrics_listen="127.0.0.1:0", log_decisions=False)
-    return dataclasses.replace(ServiceConfig(), **{**defaults, **overrides})
+    return router_config(**{"metrics_listen": "127.0.0.1:0", **overrides})
 
 
 @pytest.fixture
 def start_router():
-    started: list[RunningRouter] = []
-
-    def start(**overrides) -> RunningRouter:
-        router = RunningRouter(local_config(**overrides))
-        started.append(router)
-        return router
-
-    yield start
-    for router in started:
-        router.stop()
+    yield from started_routers(lambda **overrides: RunningRouter(local_config(**overrides)))
 
 
 @pytest.fixture
