@@ -20,8 +20,7 @@ import triton
 import triton.language as tl
 
 from kvrouter.engine.kernels.triton_common import interpreting, pad_pow2, upcast_dots
-
-LOG2_E = 1.4426950408889634
+from kvrouter.engine.kernels.triton_tiles import LOG2_E, attend_tile, load_kv_tile
 
 
 @triton.jit
@@ -75,32 +74,22 @@ def _decode_split_kernel(
     for tile_start in range(start, end, BLOCK_N):
         positions = tile_start + tl.arange(0, BLOCK_N)
         position_mask = positions < end
-        pages = tl.load(
-            block_tables_ptr + seq * block_tables_stride + positions // PAGE_SIZE,
-            mask=position_mask,
-            other=0,
+        key, value = load_kv_tile(
+            k_cache_ptr,
+            v_cache_ptr,
+            block_tables_ptr + seq * block_tables_stride,
+            positions,
+            position_mask,
+            kv_head,
+            dims,
+            dim_mask,
+            NUM_KV_HEADS,
+            HEAD_DIM,
+            PAGE_SIZE,
         )
-        slots = pages.to(tl.int64) * PAGE_SIZE + positions % PAGE_SIZE
-        kv_offsets = (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM + dims[None, :]
-        kv_mask = position_mask[:, None] & dim_mask[None, :]
-        key = tl.load(k_cache_ptr + kv_offsets, mask=kv_mask, other=0.0)
-        value = tl.load(v_cache_ptr + kv_offsets, mask=kv_mask, other=0.0)
-        if UPCAST:
-            key = key.to(tl.float32)
-            value = value.to(tl.float32)
-            scores = tl.dot(query, tl.trans(key), input_precision="ieee")
-        else:
-            scores = tl.dot(query, tl.trans(key))
-        scores = tl.where(position_mask[None, :], scores * scale_log2, float("-inf"))
-        new_max = tl.maximum(row_max, tl.max(scores, axis=1))
-        probs = tl.exp2(scores - new_max[:, None])
-        rescale = tl.exp2(row_max - new_max)
-        row_sum = row_sum * rescale + tl.sum(probs, axis=1)
-        if UPCAST:
-            acc = acc * rescale[:, None] + tl.dot(probs, value, input_precision="ieee")
-        else:
-            acc = acc * rescale[:, None] + tl.dot(probs.to(value.dtype), value)
-        row_max = new_max
+        row_max, row_sum, acc = attend_tile(
+            query, key, value, position_mask[None, :], scale_log2, row_max, row_sum, acc, UPCAST
+        )
 
     # An empty split (past the end of a short context) contributes weight zero.
     has_tokens = row_sum > 0
