@@ -56,16 +56,20 @@ def _stream_order(data: torch.Tensor) -> torch.Tensor:
     return data.permute(2, 1, 0, 3, 4, 5)
 
 
+def _stream_position(layout: KvLayout, at: int) -> tuple[int, int, int]:
+    """Where byte `at` of the stream falls: (block index, layer, offset
+    within that block's layer)."""
+    index, within = divmod(at, layout.bytes_per_block)
+    layer, offset = divmod(within, layout.bytes_per_block // layout.num_layers)
+    return index, layer, offset
+
+
 def block_chunks(blocks: KvBlocks, max_chunk_bytes: int) -> Iterator[wpb.BlockChunk]:
     """What FetchBlocks streams: the blocks' bytes in stream order, cut into
     chunks that each name the (block, layer, offset) they start at."""
-    layout = blocks.layout
     payload = _stream_order(blocks.data).contiguous().cpu().view(torch.uint8).numpy().tobytes()
-    per_block = layout.bytes_per_block
-    per_layer = per_block // layout.num_layers
     for start in range(0, len(payload), max_chunk_bytes):
-        index, within = divmod(start, per_block)
-        layer, offset = divmod(within, per_layer)
+        index, layer, offset = _stream_position(blocks.layout, start)
         yield wpb.BlockChunk(
             block_id=blocks.block_ids[index],
             layer=layer,
@@ -85,10 +89,7 @@ class _Assembler:
         self.payload = bytearray()
 
     def add(self, chunk: wpb.BlockChunk) -> None:
-        layout = self.layout
-        per_block = layout.bytes_per_block
-        index, within = divmod(len(self.payload), per_block)
-        layer, offset = divmod(within, per_block // layout.num_layers)
+        index, layer, offset = _stream_position(self.layout, len(self.payload))
         if index >= len(self.block_ids) or len(self.payload) + len(chunk.data) > self.total:
             raise TransferError("more KV data than the blocks requested")
         if (chunk.block_id, chunk.layer, chunk.offset) != (self.block_ids[index], layer, offset):
