@@ -12,29 +12,42 @@ HELP = "publish vLLM/SGLang engines' KV events to the NATS JetStream stream of r
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("engines", help="engine list (.toml or .json; see docs/deployment.md)")
+    add_stream_arguments(parser, required=True)
+    parser.add_argument("--block-size", type=int, default=16, help="the routers' block size")
+
+
+def add_stream_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    """Where the replicas' stream is: also `kvrouter sidecar`'s."""
     parser.add_argument(
-        "--nats", action="append", required=True, metavar="URL", help="NATS server (repeatable)"
+        "--nats",
+        action="append",
+        required=required,
+        metavar="URL",
+        help="NATS server (repeatable)",
     )
     parser.add_argument("--stream", default=None, help="JetStream stream (KVROUTER_EVENTS)")
     parser.add_argument(
         "--subject-prefix", default=None, help="subject prefix of the replicas (kvrouter)"
     )
-    parser.add_argument("--block-size", type=int, default=16, help="the routers' block size")
+
+
+def nats_config(args: argparse.Namespace):
+    """Raises ValueError for a stream name or subject prefix NATS refuses."""
+    from kvrouter.adapters.nats import NatsConfig
+
+    given = {"stream": args.stream, "subject_prefix": args.subject_prefix}
+    return NatsConfig(servers=tuple(args.nats), **{k: v for k, v in given.items() if v is not None})
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
-    from kvrouter.adapters.nats import NatsConfig
     from kvrouter.adapters.nats.bridge import serve
     from kvrouter.adapters.vllm import load_engines
 
-    given = {"stream": args.stream, "subject_prefix": args.subject_prefix}
     try:
-        config = NatsConfig(
-            servers=tuple(args.nats), **{k: v for k, v in given.items() if v is not None}
-        )
+        config = nats_config(args)
         engines = load_engines(args.engines)
     except (ValueError, OSError) as e:
         print(f"kvrouter bridge: {e}", file=sys.stderr)

@@ -6,6 +6,12 @@ forwards the events over the router's KvEvents stream. The engines need no
 change and the router no ZMQ access to them:
 
     kvrouter sidecar --router 10.0.0.1:50051 engines.toml
+
+In front of router replicas it registers each DP rank with every replica and
+publishes the events to their JetStream stream, as `kvrouter bridge` does:
+
+    kvrouter sidecar --nats nats://10.0.0.1:4222 \
+        --router 10.0.0.2:50051 --router 10.0.0.3:50051 engines.toml
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import Sequence
 
 from kvrouter.adapters.events import RemovedBlocks, StoredBlocks, WorkerBatch
+from kvrouter.adapters.nats import EngineBridge, NatsConfig
 from kvrouter.adapters.vllm.config import EngineConfig
 from kvrouter.adapters.vllm.subscriber import EngineSubscriber
 from kvrouter.client import KvEventPublisher, WorkerRegistration
@@ -49,39 +57,72 @@ class PublisherSink:
 
 
 class VllmSidecar:
-    """`async with VllmSidecar("router:50051", engines):`"""
+    """`async with VllmSidecar(["router:50051"], engines):`. With `nats`, the
+    events go to the JetStream stream, and `routers` are the replicas that
+    read it."""
 
-    def __init__(self, router: str, engines: list[EngineConfig], *, block_size: int = 16) -> None:
-        self.router = router
+    def __init__(self, routers: str | Sequence[str], engines: list[EngineConfig], *,
+                 block_size: int = 16, nats: NatsConfig | None = None) -> None:
+        self.routers = [routers] if isinstance(routers, str) else list(routers)
+        if not self.routers:
+            raise ValueError("give at least one router")
+        if nats is None and len(self.routers) > 1:
+            # Replicas refuse events over gRPC: they all read them from the stream.
+            raise ValueError("several routers are replicas: publish to their stream (--nats)")
         self.engines = engines
         self.block_size = block_size
+        self.nats = nats
         self.registrations: list[WorkerRegistration] = []
         self.publishers: dict[int, KvEventPublisher] = {}
         self.subscriber: EngineSubscriber | None = None
+        self.bridge: EngineBridge | None = None
 
     async def start(self) -> None:
+        try:
+            for router in self.routers:
+                await self._register(router)
+            if self.nats is None:
+                await self._forward_to(self.routers[0])
+            else:
+                self.bridge = EngineBridge(self.nats, self.engines, block_size=self.block_size)
+                await self.bridge.start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _register(self, router: str) -> None:
         for engine in self.engines:
             for stream in engine.streams:
                 registration = WorkerRegistration(
-                    self.router, role=engine.role, capacity_blocks=engine.capacity_blocks,
+                    router, role=engine.role, capacity_blocks=engine.capacity_blocks,
                     address=engine.address, block_size=self.block_size,
                     worker_id=stream.worker_id,
                     metadata={"engine": engine.name, "dp_rank": str(stream.dp_rank)})
                 await registration.start()
                 self.registrations.append(registration)
+
+    async def _forward_to(self, router: str) -> None:
+        for engine in self.engines:
+            for stream in engine.streams:
                 self.publishers[stream.worker_id] = KvEventPublisher(
-                    self.router, stream.worker_id, block_size=self.block_size).start()
+                    router, stream.worker_id, block_size=self.block_size).start()
         self.subscriber = EngineSubscriber(self.engines, PublisherSink(self.publishers),
                                            block_size=self.block_size)
         await self.subscriber.start()
 
     async def stop(self) -> None:
+        if self.bridge is not None:
+            await self.bridge.stop()
+            self.bridge = None
         if self.subscriber is not None:
             await self.subscriber.stop()
+            self.subscriber = None
         for publisher in self.publishers.values():
             await asyncio.to_thread(publisher.close)
+        self.publishers.clear()
         for registration in self.registrations:
             await registration.stop()
+        self.registrations.clear()
 
     async def __aenter__(self) -> VllmSidecar:
         await self.start()
@@ -91,13 +132,13 @@ class VllmSidecar:
         await self.stop()
 
 
-async def serve(router: str, engines: list[EngineConfig], block_size: int) -> None:
+async def serve(sidecar: VllmSidecar) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    async with VllmSidecar(router, engines, block_size=block_size):
+    async with sidecar:
         await stop.wait()
 
 
