@@ -32,6 +32,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fetch-timeout-s", type=float, default=10.0, help="decode side: wait for a hand-off"
     )
     parser.add_argument("--torch-threads", type=int, default=1, help="0: torch's default")
+    parser.add_argument(
+        "--auth-tokens-file", default="", help="'ROLE TOKEN' lines allowed to call this worker"
+    )
+    parser.add_argument(
+        "--health-closed", action="store_true", help="with tokens on, health needs one too"
+    )
+    parser.add_argument("--tls-cert-file", default="", help="PEM; with the key, serve TLS")
+    parser.add_argument("--tls-key-file", default="")
+    parser.add_argument("--tls-client-ca-file", default="", help="PEM; require client certs")
+    parser.add_argument(
+        "--token-file", default="", help="file holding this worker's token for router and peers"
+    )
+    parser.add_argument("--ca-file", default="", help="PEM CA of the router's and peers' certs")
+    parser.add_argument("--client-cert-file", default="", help="PEM; for mTLS router and peers")
+    parser.add_argument("--client-key-file", default="")
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--log-format", default="json", choices=("json", "text"))
 
@@ -68,6 +83,15 @@ def run(args: argparse.Namespace) -> int:
         lease_ms=args.lease_ms,
         fetch_timeout_s=args.fetch_timeout_s,
         torch_threads=args.torch_threads,
+        auth_tokens_file=args.auth_tokens_file,
+        health_open=not args.health_closed,
+        tls_cert_file=args.tls_cert_file,
+        tls_key_file=args.tls_key_file,
+        tls_client_ca_file=args.tls_client_ca_file,
+        token_file=args.token_file,
+        ca_file=args.ca_file,
+        client_cert_file=args.client_cert_file,
+        client_key_file=args.client_key_file,
     )
     try:
         config.validate()

@@ -12,6 +12,7 @@ network and still tell its workers apart.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
@@ -35,6 +36,25 @@ class Credentials:
             private_key=self.private_key,
             certificate_chain=self.certificate_chain,
         )
+
+    @classmethod
+    def from_files(
+        cls, token_file: str = "", ca_file: str = "", cert_file: str = "", key_file: str = ""
+    ) -> Credentials:
+        """Credentials from a deployment's files: a file holding the token, and
+        PEM files for the server's CA and this side's certificate and key
+        (mTLS). Empty names are left out; with none, calls go plaintext and
+        without a token."""
+        if bool(cert_file) != bool(key_file):
+            raise ValueError("a client certificate and its key must be given together")
+
+        def pem(name: str) -> bytes | None:
+            return Path(name).read_bytes() if name else None
+
+        token = Path(token_file).read_text().strip() if token_file else None
+        if token_file and not token:
+            raise ValueError(f"{token_file}: empty token file")
+        return cls(token, pem(ca_file), pem(cert_file), pem(key_file))
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self.token}"),) if self.token else ()

@@ -1,10 +1,12 @@
 """gRPC channels to workers, one per address, shared by every call to that
-worker (the router's proxy, and decode workers fetching blocks)."""
+worker (the router's proxy, and decode workers fetching blocks), each
+presenting the caller's credentials."""
 
 from __future__ import annotations
 
 import grpc
 
+from kvrouter.client.credentials import Credentials, aio_channel
 from kvrouter.client.router import CHANNEL_OPTIONS
 from kvrouter.proto_gen import worker_pb2_grpc
 
@@ -20,16 +22,15 @@ RECONNECT_OPTIONS = (
 class WorkerChannels:
     """asyncio: create and use it on one event loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: Credentials | None = None) -> None:
+        self.credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, worker_pb2_grpc.WorkerStub] = {}
 
     def stub(self, address: str) -> worker_pb2_grpc.WorkerStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(
-                address, options=(*CHANNEL_OPTIONS, *RECONNECT_OPTIONS)
-            )
+            channel = aio_channel(address, self.credentials, (*CHANNEL_OPTIONS, *RECONNECT_OPTIONS))
             self._channels[address] = channel
             stub = self._stubs[address] = worker_pb2_grpc.WorkerStub(channel)
         return stub

@@ -1,12 +1,15 @@
-"""Bearer-token authentication and per-method authorization for the router.
+"""Bearer-token authentication and per-method authorization for the router
+and for the workers' own service.
 
 Tokens come from a file (`auth_tokens_file`), one per line: `ROLE TOKEN`,
 `#` starts a comment. Roles:
 
 - `client`: Router (route, stream, lifecycle, generate) and Registry.List;
 - `worker:ID`: Register, Heartbeat, Deregister and Publish for worker ID
-  only, and Registry.List. Acting as another worker is PERMISSION_DENIED;
-  a Register without an id is given ID;
+  only, and Registry.List; on a peer worker, FetchBlocks and Release (a
+  decode worker pulling a hand-off). Acting as another worker is
+  PERMISSION_DENIED; a Register without an id is given ID;
+- `router`: the Worker service (the router's proxy calling workers);
 - `admin`: everything, as any worker.
 
 A call carries `authorization: Bearer TOKEN` in its metadata. A missing or
@@ -43,12 +46,17 @@ PUBLISH = "/kvrouter.v1.KvEvents/Publish"
 BOUND_METHODS = frozenset(
     {REGISTER, "/kvrouter.v1.Registry/Heartbeat", "/kvrouter.v1.Registry/Deregister", PUBLISH}
 )
-WORKER_METHODS = BOUND_METHODS | {"/kvrouter.v1.Registry/List"}
+WORKER_SERVICE = "/kvrouter.v1.Worker/"
+WORKER_METHODS = BOUND_METHODS | {
+    "/kvrouter.v1.Registry/List",
+    WORKER_SERVICE + "FetchBlocks",
+    WORKER_SERVICE + "Release",
+}
 
 
 @dataclass(frozen=True)
 class Principal:
-    role: str  # "client", "worker" or "admin"
+    role: str  # "client", "worker", "router" or "admin"
     worker_id: int | None = None
 
     def __str__(self) -> str:
@@ -62,12 +70,12 @@ def _digest(token: str) -> bytes:
 
 
 def _principal(role: str, where: str) -> Principal:
-    if role in ("client", "admin"):
+    if role in ("client", "router", "admin"):
         return Principal(role)
     kind, sep, worker = role.partition(":")
     if kind == "worker" and sep and worker.isdigit():
         return Principal("worker", int(worker))
-    raise ValueError(f"{where}: role must be client, admin or worker:ID, not {role!r}")
+    raise ValueError(f"{where}: role must be client, router, admin or worker:ID, not {role!r}")
 
 
 def load_tokens(path: str) -> dict[bytes, Principal]:
@@ -205,6 +213,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             or method.startswith((HEALTH_PREFIX, REFLECTION_PREFIX))
             or (principal.role == "client" and method in CLIENT_METHODS)
             or (principal.role == "worker" and method in WORKER_METHODS)
+            or (principal.role == "router" and method.startswith(WORKER_SERVICE))
         )
         if not allowed:
             raise _Refusal(
@@ -230,15 +239,14 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return _bound_unary(handler, principal, method)
 
 
-def interceptors(config) -> list[grpc.aio.ServerInterceptor]:
-    """The server's interceptors for `config` (a ServiceConfig): none when
-    no token file is set."""
-    if not config.auth_tokens_file:
+def interceptors(
+    tokens_file: str, *, health_open: bool, reflection_open: bool = True
+) -> list[grpc.aio.ServerInterceptor]:
+    """A server's interceptors: none when no token file is set."""
+    if not tokens_file:
         return []
     return [
         AuthInterceptor(
-            load_tokens(config.auth_tokens_file),
-            health_open=config.health_open,
-            reflection_open=config.reflection_open,
+            load_tokens(tokens_file), health_open=health_open, reflection_open=reflection_open
         )
     ]

@@ -74,6 +74,13 @@ class ServiceConfig:
     tls_cert_file: str = ""
     tls_key_file: str = ""
     tls_client_ca_file: str = ""
+    # What the router presents when it calls workers with authentication or
+    # TLS on: a file holding its token (role `router`), the CA that signed
+    # the workers' certificates, and its client certificate and key (mTLS).
+    worker_token_file: str = ""
+    worker_ca_file: str = ""
+    worker_cert_file: str = ""
+    worker_key_file: str = ""
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     def validate(self) -> None:
@@ -94,6 +101,8 @@ class ServiceConfig:
         if self.log_format not in ("json", "text"):
             raise ValueError("log_format must be 'json' or 'text'")
         tls.check(self)
+        if bool(self.worker_cert_file) != bool(self.worker_key_file):
+            raise ValueError("worker_cert_file and worker_key_file must be set together")
         self.policy.validate()
 
     def to_dict(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from contextlib import aclosing
 
 import grpc
 
+from kvrouter.client.credentials import Credentials
 from kvrouter.policy import NoWorkerAvailable
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.service.config import ServiceConfig
@@ -52,7 +53,13 @@ class GenerationProxy:
         self.config = config
         if proxy.policy == "round_robin":
             policy = RoundRobinRouter(workers, config.block_size)
-        self.ctx = ProxyContext(policy, workers, proxy)
+        credentials = Credentials.from_files(
+            config.worker_token_file,
+            config.worker_ca_file,
+            config.worker_cert_file,
+            config.worker_key_file,
+        )
+        self.ctx = ProxyContext(policy, workers, proxy, credentials)
         self._ids = itertools.count()
         self._id_prefix = os.urandom(4).hex()
 

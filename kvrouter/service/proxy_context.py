@@ -9,6 +9,7 @@ import time
 
 import grpc
 
+from kvrouter.client.credentials import Credentials
 from kvrouter.client.worker_channels import WorkerChannels
 from kvrouter.proto_gen import worker_pb2 as wpb
 from kvrouter.service.proxy_config import ProxyConfig
@@ -18,11 +19,13 @@ log = logging.getLogger("kvrouter.service.proxy")
 
 
 class ProxyContext:
-    def __init__(self, policy, workers: WorkerTable, config: ProxyConfig) -> None:
+    def __init__(
+        self, policy, workers: WorkerTable, config: ProxyConfig, credentials: Credentials
+    ) -> None:
         self.policy = policy
         self.workers = workers
         self.config = config
-        self.channels = WorkerChannels()
+        self.channels = WorkerChannels(credentials)
         self._cooldown: dict[int, float] = {}
         self._background: set[asyncio.Task] = set()
 

@@ -120,7 +120,11 @@ class RouterServer:
     async def start(self) -> None:
         max_bytes = max(4 << 20, self.config.max_prompt_tokens * 5 + (1 << 20))
         server = grpc.aio.server(
-            interceptors=auth.interceptors(self.config),
+            interceptors=auth.interceptors(
+                self.config.auth_tokens_file,
+                health_open=self.config.health_open,
+                reflection_open=self.config.reflection_open,
+            ),
             options=[
                 ("grpc.max_receive_message_length", max_bytes),
                 ("grpc.max_send_message_length", max_bytes),

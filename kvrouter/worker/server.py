@@ -17,12 +17,12 @@ import torch
 import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from kvrouter.client import KvEventPublisher, WorkerLoad, WorkerRegistration
+from kvrouter.client import Credentials, KvEventPublisher, WorkerLoad, WorkerRegistration
 from kvrouter.client.router import CHANNEL_OPTIONS
 from kvrouter.client.worker_channels import WorkerChannels
 from kvrouter.engine import EngineConfig, LLMEngine
 from kvrouter.proto_gen import worker_pb2, worker_pb2_grpc
-from kvrouter.service import logs
+from kvrouter.service import auth, logs, tls
 from kvrouter.worker.config import WorkerConfig
 from kvrouter.worker.engine_loop import EngineLoop
 from kvrouter.worker.events import MirroredEventSink
@@ -43,7 +43,10 @@ class WorkerServer:
         config.validate()
         self.config = config
         self.sink = MirroredEventSink(config.block_size)
-        self.channels = WorkerChannels()
+        self.credentials = Credentials.from_files(
+            config.token_file, config.ca_file, config.client_cert_file, config.client_key_file
+        )
+        self.channels = WorkerChannels(self.credentials)
         self.transfer = transfer or GrpcKvTransfer(self.channels, config.max_chunk_bytes)
         self.identity = Identity(config.worker_id or 0, "", config.role)
         self.engine_loop: EngineLoop | None = None
@@ -76,11 +79,14 @@ class WorkerServer:
         self.engine_loop.start()
         leases = LeaseTable(self.engine_loop, c.lease_ms / 1000.0)
         service = WorkerService(self.engine_loop, leases, self.transfer, c, self.identity)
-        server = grpc.aio.server(options=CHANNEL_OPTIONS)
+        server = grpc.aio.server(
+            interceptors=auth.interceptors(c.auth_tokens_file, health_open=c.health_open),
+            options=CHANNEL_OPTIONS,
+        )
         worker_pb2_grpc.add_WorkerServicer_to_server(service, server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        port = server.add_insecure_port(c.listen)
+        port = tls.add_port(server, c)
         if port == 0:
             raise OSError(f"cannot listen on {c.listen}")
         await server.start()
@@ -113,6 +119,7 @@ class WorkerServer:
             worker_id=c.worker_id,
             metadata={"namespace": c.namespace, "model": os.path.basename(str(c.model))},
             load=self._load,
+            credentials=self.credentials,
         )
         registration = await self.registration.start()
         self.identity.worker_id = registration.worker_id
@@ -122,6 +129,7 @@ class WorkerServer:
             block_size=c.block_size,
             namespace=c.namespace,
             dump_cache=self.sink.dump,
+            credentials=self.credentials,
         )
         await asyncio.to_thread(self.publisher.start)
         self.sink.attach(self.publisher)
