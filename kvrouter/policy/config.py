@@ -43,9 +43,10 @@ class PolicyConfig:
 
     # -- disaggregation (used only when prefill-role workers exist)
     # Prefill on the decode worker when its cache leaves this few tokens to compute...
-    local_prefill_max_tokens: int = 512
+    local_prefill_max_tokens: int = 16384
     # ... or when the least-queued prefill worker has this much queued work (ms).
-    prefill_saturation_ms: float = 2000.0
+    # Both defaults were chosen by replay (bench/replay_pd_sweep.py).
+    prefill_saturation_ms: float = 250.0
 
     # -- load book
     # A routed request with no finish report for this long stops counting.

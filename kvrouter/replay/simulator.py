@@ -102,7 +102,9 @@ def replay(trace: list[TraceRequest], policy: str, cfg: ReplayConfig, progress=N
                 for r in out.prefilled:
                     chooser.prefill_done(r.id)
                     if worker.role == "prefill" and r.remaining > 0:
-                        missing = len(r.blocks)
+                        # Only the blocks the decode worker lacks travel.
+                        held = workers_by_id[r.decode_worker].cache.hit_length(r.blocks)
+                        missing = len(r.blocks) - held
                         at = now + missing * timing.transfer_ms_per_block
                         heapq.heappush(handoffs, at)
                         heapq.heappush(events, (at, next(order), "handoff", r))

@@ -81,8 +81,8 @@ impl Default for PolicyConfig {
             calibrate: true,
             calibration_alpha: 0.05,
             seed: 0,
-            local_prefill_max_tokens: 512,
-            prefill_saturation_ms: 2000.0,
+            local_prefill_max_tokens: 16_384,
+            prefill_saturation_ms: 250.0,
             stale_after_ms: 600_000,
         }
     }

@@ -118,10 +118,12 @@ fn errors_are_specific() {
 #[test]
 fn disaggregates_long_prefills_only() {
     let mut p = policy(&[(0, Role::Prefill), (1, Role::Prefill), (2, Role::Decode)]);
-    let long = p.route("long", request(100), &[], 0).unwrap();
+    let long = p.route("long", request(400), &[], 0).unwrap();
     assert!(long.prefill_worker.is_some());
     assert_eq!(long.decode_worker, WorkerId(2));
-    let mostly_cached = p.route("short", request(100), &[cached(2, 96)], 0).unwrap();
+    let mostly_cached = p
+        .route("short", request(400), &[cached(2, 396)], 0)
+        .unwrap();
     assert_eq!(mostly_cached.prefill_worker, None);
 }
 
@@ -133,7 +135,7 @@ fn saturated_prefill_pool_falls_back_to_local() {
         ..Load::default()
     };
     p.report_load(WorkerId(0), queued).unwrap();
-    let d = p.route("a", request(100), &[], 0).unwrap();
+    let d = p.route("a", request(400), &[], 0).unwrap();
     assert_eq!(d.prefill_worker, None);
     assert!(d.reason.contains("saturated"), "{}", d.reason);
 }

@@ -107,10 +107,10 @@ def test_disaggregates_only_long_uncached_prefills():
     r = Router(PrefixIndex(BS))
     r.upsert_worker(0, "prefill", 10_000)
     r.upsert_worker(1, "decode", 10_000)
-    long = r.route("long", prompt(1, 4096))
+    long = r.route("long", prompt(1, 20_000))
     assert long.disaggregated and (long.prefill_worker, long.decode_worker) == (0, 1)
     assert long.explanation.prefill_candidates[0].worker_id == 0
-    tokens = prompt(2, 4096)
+    tokens = prompt(2, 20_000)
     cache_on(r, 1, tokens)
     local = r.route("cached", tokens)
     assert not local.disaggregated and local.prefill_worker is None
