@@ -11,6 +11,7 @@ mod overlap;
 mod owner_sets;
 mod snapshot;
 mod tree;
+mod validate;
 mod workers;
 
 pub use events::{ApplyOutcome, BlockContent, EventBatch, IndexError, KvEvent, SeqStatus};
