@@ -8,8 +8,9 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from tqdm import tqdm
+
 from kvrouter.client.generate import GenerateClient, Generation, GenerationStats
-from kvrouter.demo.progress import ProgressBar
 from kvrouter.demo.workload import Session
 
 
@@ -62,7 +63,7 @@ async def run_workload(
     """Session i starts `i * stagger_s` after the first: users arrive one after
     another, not in one synchronized burst."""
     total = sum(len(s.turns) for s in sessions)
-    bar = ProgressBar(total, policy) if progress else None
+    bar = tqdm(total=total, desc=f"  {policy}", unit="turn", disable=not progress, leave=True)
     turns: list[TurnResult] = []
     started = time.perf_counter()
     async with GenerateClient(target) as client:
@@ -77,10 +78,10 @@ async def run_workload(
                     TurnResult(session.name, index + 1, len(history), result, ttft, second)
                 )
                 history += result.token_ids
-                if bar is not None:
-                    bar.advance()
+                bar.update()
 
         await asyncio.gather(*(converse(i * stagger_s, s) for i, s in enumerate(sessions)))
+    bar.close()
     order = {s.name: i for i, s in enumerate(sessions)}
     turns.sort(key=lambda t: (t.turn, order[t.session]))
     return WorkloadRun(policy, turns, time.perf_counter() - started)
