@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kvrouter.cli.bridge import add_stream_arguments, nats_config
+
 HELP = "run an inference worker: the engine behind the Worker gRPC service, joined to a router"
 
 
@@ -15,7 +17,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="write a tiny random-weight Llama checkpoint to DIR (if absent) and serve it",
     )
-    parser.add_argument("--router", default="", help="router address (host:port); empty: none")
+    parser.add_argument(
+        "--router",
+        action="append",
+        default=[],
+        help="router address (host:port); with --nats, repeat it for every replica; none: "
+        "stand-alone",
+    )
+    add_stream_arguments(parser, required=False)
     parser.add_argument("--role", default="both", choices=("prefill", "decode", "both"))
     parser.add_argument("--listen", default="127.0.0.1:0", help="host:port; port 0 picks one")
     parser.add_argument("--advertise", default="", help="address peers dial (default: bound)")
@@ -66,9 +75,24 @@ def run(args: argparse.Namespace) -> int:
     if not model:
         print("kvrouter worker: pass --model or --tiny-model", file=sys.stderr)
         return 2
+    stream = {}
+    try:
+        if not args.nats and (args.stream or args.subject_prefix):
+            raise ValueError("--stream and --subject-prefix need --nats")
+        if args.nats:
+            nats = nats_config(args)
+            stream = dict(
+                nats=nats.servers,
+                nats_stream=nats.stream,
+                nats_subject_prefix=nats.subject_prefix,
+            )
+    except ValueError as e:
+        print(f"kvrouter worker: {e}", file=sys.stderr)
+        return 2
     config = WorkerConfig(
         model=model,
-        router=args.router,
+        routers=tuple(args.router),
+        **stream,
         role=args.role,
         listen=args.listen,
         advertise=args.advertise,

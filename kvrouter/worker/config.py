@@ -1,4 +1,4 @@
-"""Worker settings: where to listen, which router to join, the model and
+"""Worker settings: where to listen, which routers to join, the model and
 the engine's cache, how long a prefilled hand-off stays pinned, and who
 may call the worker and what it presents when it calls others."""
 
@@ -16,6 +16,16 @@ class WorkerConfig:
     model: str
     # The router's gRPC address; empty runs the worker stand-alone.
     router: str = ""
+    # Router replicas' gRPC addresses; `router`, when set, is the first. The
+    # first assigns the worker id (unless `worker_id` pins it), the others
+    # get the same one.
+    routers: tuple[str, ...] = ()
+    # NATS servers of the replicas' JetStream stream: set, the KV events go to
+    # the stream instead of over the router's gRPC API (replicas refuse those).
+    nats: tuple[str, ...] = ()
+    # Must match the replicas' `nats_stream` and `nats_subject_prefix`.
+    nats_stream: str = "KVROUTER_EVENTS"
+    nats_subject_prefix: str = "kvrouter"
     role: str = "both"
     # The Worker service's address; port 0 picks a free port.
     listen: str = "127.0.0.1:0"
@@ -57,7 +67,16 @@ class WorkerConfig:
     client_cert_file: str = ""
     client_key_file: str = ""
 
+    def __post_init__(self) -> None:
+        self.routers = tuple(dict.fromkeys(r for r in (self.router, *self.routers) if r))
+        self.router = self.routers[0] if self.routers else ""
+
     def validate(self) -> None:
+        if len(self.routers) > 1 and not self.nats:
+            # Replicas refuse events over gRPC: they all read them from the stream.
+            raise ValueError("several routers are replicas: publish to their stream (nats, --nats)")
+        if self.nats and not self.routers:
+            raise ValueError("nats needs the router replicas to register with")
         if self.role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
         if self.lease_ms <= 0 or self.fetch_timeout_s <= 0:

@@ -1,5 +1,7 @@
 """The worker process: loads the engine, serves the Worker service, joins
 the router (registration, heartbeats with load) and publishes KV events.
+In front of router replicas it registers with each of them and publishes
+the events to their NATS JetStream stream.
 
 Start-up order: the engine and the gRPC server come up first, so the worker
 can serve as soon as the router knows it; events emitted before the
@@ -8,6 +10,7 @@ publisher exists are held by the sink and replayed to it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -50,8 +53,10 @@ class WorkerServer:
         self.transfer = transfer or GrpcKvTransfer(self.channels, config.max_chunk_bytes)
         self.identity = Identity(config.worker_id or 0, "", config.role)
         self.engine_loop: EngineLoop | None = None
-        self.registration: WorkerRegistration | None = None
-        self.publisher: KvEventPublisher | None = None
+        self.registrations: list[WorkerRegistration] = []
+        # A KvEventPublisher, or, with `nats`, a JetStreamWorkerPublisher.
+        self.publisher = None
+        self._nats_client = None
         self._server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task] = []
 
@@ -93,7 +98,7 @@ class WorkerServer:
         self._server = server
         self.identity.address = c.advertise or f"{c.listen.rsplit(':', 1)[0]}:{port}"
         self._tasks.append(asyncio.create_task(leases.expire_forever()))
-        if c.router:
+        if c.routers:
             await self._join(c)
         for name in ("", SERVICE_NAME):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -110,29 +115,50 @@ class WorkerServer:
         )
 
     async def _join(self, c: WorkerConfig) -> None:
-        self.registration = WorkerRegistration(
-            c.router,
-            role=c.role,
-            capacity_blocks=c.num_kv_blocks,
-            address=self.identity.address,
-            block_size=c.block_size,
-            worker_id=c.worker_id,
-            metadata={"namespace": c.namespace, "model": os.path.basename(str(c.model))},
-            load=self._load,
-            credentials=self.credentials,
-        )
-        registration = await self.registration.start()
-        self.identity.worker_id = registration.worker_id
-        self.publisher = KvEventPublisher(
-            c.router,
-            registration.worker_id,
-            block_size=c.block_size,
-            namespace=c.namespace,
-            dump_cache=self.sink.dump,
-            credentials=self.credentials,
-        )
-        await asyncio.to_thread(self.publisher.start)
+        worker_id = c.worker_id
+        for router in c.routers:
+            registration = WorkerRegistration(
+                router,
+                role=c.role,
+                capacity_blocks=c.num_kv_blocks,
+                address=self.identity.address,
+                block_size=c.block_size,
+                worker_id=worker_id,
+                metadata={"namespace": c.namespace, "model": os.path.basename(str(c.model))},
+                load=self._load,
+                credentials=self.credentials,
+            )
+            worker_id = (await registration.start()).worker_id
+            self.registrations.append(registration)
+        self.identity.worker_id = worker_id
+        if c.nats:
+            await self._publish_to_stream(c, worker_id)
+        else:
+            self.publisher = KvEventPublisher(
+                c.router,
+                worker_id,
+                block_size=c.block_size,
+                namespace=c.namespace,
+                dump_cache=self.sink.dump,
+                credentials=self.credentials,
+            )
+            await asyncio.to_thread(self.publisher.start)
         self.sink.attach(self.publisher)
+
+    async def _publish_to_stream(self, c: WorkerConfig, worker_id: int) -> None:
+        # The NATS client comes with the adapters extra: imported only here.
+        import nats
+
+        from kvrouter.adapters.nats import JetStreamWorkerPublisher, NatsConfig, ensure_stream
+
+        config = NatsConfig(
+            servers=c.nats, stream=c.nats_stream, subject_prefix=c.nats_subject_prefix
+        )
+        self._nats_client = await nats.connect(servers=list(config.servers), name="kvrouter-worker")
+        js = self._nats_client.jetstream()
+        await ensure_stream(js, config)
+        self.publisher = JetStreamWorkerPublisher(js, config, worker_id, namespace=c.namespace)
+        await self.publisher.start()
 
     def _load(self) -> WorkerLoad:
         load = self.engine_loop.load
@@ -147,15 +173,21 @@ class WorkerServer:
         return self.identity.address
 
     async def stop(self, grace: float = 1.0) -> None:
-        """Leaves the router, lets calls in flight finish for `grace` seconds, stops."""
-        if self.registration is not None:
-            await self.registration.stop(deregister=True)
+        """Leaves the routers, lets calls in flight finish for `grace` seconds, stops."""
+        for registration in self.registrations:
+            await registration.stop(deregister=True)
         for task in self._tasks:
             task.cancel()
         if self._server is not None:
             await self._server.stop(grace)
-        if self.publisher is not None:
+        if isinstance(self.publisher, KvEventPublisher):
             await asyncio.to_thread(self.publisher.close, 2.0)
+        elif self.publisher is not None:
+            # It retries a batch until the stream takes it: bounded, as the gRPC publisher's close.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.publisher.stop(), 2.0)
+        if self._nats_client is not None:
+            await self._nats_client.close()
         if self.engine_loop is not None:
             await asyncio.to_thread(self.engine_loop.stop)
         await self.channels.close()
