@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import threading
 
+from kvrouter.client.background import finish_pending
 from kvrouter.service import RouterServer, ServiceConfig
 
 
@@ -38,9 +39,16 @@ class ThreadedRouter:
 
     def stop(self) -> None:
         self.call(self.server.stop(grace=0))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
+        close_loop_thread(self.loop, self._thread)
+
+
+def close_loop_thread(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """Stops a loop running on `thread` and closes it, finishing its leftover
+    tasks and async generators first."""
+    asyncio.run_coroutine_threadsafe(finish_pending(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()
 
 
 def started_routers(make):

@@ -7,6 +7,7 @@ import asyncio
 import threading
 
 import grpc
+from threaded_router import close_loop_thread
 
 from kvrouter.proto_gen import worker_pb2 as wpb
 from kvrouter.proto_gen import worker_pb2_grpc
@@ -37,9 +38,7 @@ class RunningWorker:
         self.stopped = True
         self.channel.close()
         self._call(self.server.stop(grace=0))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
+        close_loop_thread(self.loop, self._thread)
 
 
 def started_workers(model: str, **defaults):

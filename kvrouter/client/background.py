@@ -9,6 +9,17 @@ from collections.abc import Coroutine
 from typing import Any
 
 
+async def finish_pending() -> None:
+    """Cancels the running loop's other tasks and closes its async generators
+    (gRPC calls' request and response streams among them), so that nothing is
+    left to wake up on the loop after it is closed."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
+
+
 class BackgroundLoop:
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
@@ -29,6 +40,7 @@ class BackgroundLoop:
     def stop(self) -> None:
         if self.loop.is_closed():
             return
+        self.run(finish_pending(), timeout=10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join()
         self.loop.close()
