@@ -33,3 +33,15 @@ class TimingModel:
         return self.prefill_ms_per_token * chunk + self.attention_ms_per_token2 * chunk * (
             prefix + chunk / 2
         )
+
+    def lone_prefill_ms(self, input_tokens: int, cached_tokens: int) -> float:
+        """Time to first token of a prompt that finds its worker idle and
+        runs alone: one prefill iteration per `max_batched_tokens` chunk, at
+        least one even when every token is cached."""
+        ms, done = 0.0, cached_tokens
+        while True:
+            chunk = min(self.max_batched_tokens, input_tokens - done)
+            ms += self.prefill_iteration_ms + self.chunk_ms(chunk, done)
+            done += chunk
+            if done >= input_tokens:
+                return ms

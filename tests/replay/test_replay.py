@@ -1,12 +1,14 @@
 """The replay simulator on small generated traces: determinism, cache-aware
-routing beating round robin, P/D mode, trace parsing and the LRU cache."""
+routing beating round robin, P/D mode, trace parsing, the LRU cache and the
+any-router floor."""
 
 import json
 
 import pytest
 
-from kvrouter.replay import ReplayConfig, load_mooncake, replay
+from kvrouter.replay import ReplayConfig, TimingModel, load_mooncake, replay
 from kvrouter.replay.cache import BlockCache
+from kvrouter.replay.floor import any_router_floor, floor_per_request
 from kvrouter.replay.synthetic import WorkloadShape, generate
 from kvrouter.replay.trace import TraceRequest, engine_blocks, write_mooncake
 
@@ -73,3 +75,46 @@ def test_block_cache_evicts_least_recently_used_unpinned():
     assert cache.admit([5], 0, 0) == [2]  # the deeper block goes first
     assert cache.admit([6, 7], 0, 0) is None  # everything else is pinned
     assert cache.used == 4
+
+
+@pytest.mark.parametrize(
+    "policy, cfg",
+    [
+        ("kvrouter", small()),
+        ("round_robin", small()),
+        ("kvrouter", small(num_prefill_workers=2)),
+        ("kvrouter", ReplayConfig(num_workers=2, capacity_blocks=2048)),
+    ],
+)
+def test_floor_is_below_every_request_ttft(trace, policy, cfg):
+    measured = replay(trace, policy, cfg)
+    floor = floor_per_request(trace, cfg)
+    assert measured["completed"] == len(trace)
+    pairs = zip(floor, measured["ttft_samples_ms"], strict=True)
+    assert all(lowest <= ttft + 1e-9 for (lowest, _), ttft in pairs)
+    summary = any_router_floor(trace, cfg)
+    assert summary["prefix_reuse_ratio"] >= measured["prefix_reuse_ratio"]
+    for key in ("mean", "p99"):
+        alone = measured["ttft_alone_ms"][key]
+        assert summary["ttft_ms"][key] <= alone <= measured["ttft_ms"][key] + 1e-9
+
+
+def test_floor_is_reached_when_nothing_contends(trace):
+    # Requests an hour apart find their worker idle with every earlier block cached.
+    spaced = [
+        TraceRequest(i * 3.6e6, r.input_length, r.output_length, r.hash_ids)
+        for i, r in enumerate(trace[:150])
+    ]
+    cfg = ReplayConfig(num_workers=4, capacity_blocks=1 << 20)
+    measured = replay(spaced, "kvrouter", cfg)
+    floor = any_router_floor(spaced, cfg)
+    assert measured["prefix_reuse_ratio"] == pytest.approx(floor["prefix_reuse_ratio"])
+    assert measured["ttft_samples_ms"] == pytest.approx(floor["ttft_samples_ms"])
+
+
+def test_lone_prefill_runs_one_iteration_per_chunk():
+    timing = TimingModel(max_batched_tokens=100)
+    assert timing.lone_prefill_ms(250, 0) == pytest.approx(
+        3 * timing.prefill_iteration_ms + timing.chunk_ms(250, 0)
+    )
+    assert timing.lone_prefill_ms(128, 128) == timing.prefill_iteration_ms
