@@ -129,9 +129,18 @@ class RouterServer:
                 ("grpc.max_receive_message_length", max_bytes),
                 ("grpc.max_send_message_length", max_bytes),
                 ("grpc.so_reuseport", 0),
+                # Core holds arrived calls until the asyncio server takes
+                # them, one per loop turn, and by default cancels new ones at
+                # random once 1,000 wait (all past 3,000). Thousands of
+                # clients opening streams at once, or sending lifecycle
+                # reports while the loop is busy, pass that: their calls end
+                # CANCELLED, or INTERNAL on a stream, before the router sees
+                # them. Waiting calls are cheap, so let them queue.
+                ("grpc.server.max_pending_requests", 20_000),
+                ("grpc.server.max_pending_requests_hard_limit", 40_000),
             ],
         )
-        router_pb2_grpc.add_RouterServicer_to_server(self.routing, server)
+        self.routing.add_to_server(server)
         router_pb2_grpc.add_RegistryServicer_to_server(self.registry, server)
         router_pb2_grpc.add_KvEventsServicer_to_server(self.events, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
