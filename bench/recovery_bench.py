@@ -56,7 +56,7 @@ async def start_from(path: Path) -> tuple[float, float, dict]:
     serving = time.perf_counter() - started
     server.workers.register(WorkerRecord(0, "both", "w0:1", 16, 1 << 20))
     started = time.perf_counter()
-    server.routing.decide(pb.RouteRequest(tokens=list(range(4096))))
+    server.routing.decide(pb.RouteRequest(tokens=list(range(4096))).SerializeToString())
     first = time.perf_counter() - started
     stats = server.index.stats()
     await server.stop(grace=0)

@@ -191,3 +191,56 @@ class RoutingCore:
     def load(self, worker_id: int) -> tuple[int, int, int]: ...
     def coefficients(self) -> dict[str, float]: ...
     def __len__(self) -> int: ...
+
+class RouteRefused(Exception):
+    """A routing request the router turns down. args: (code, message,
+    request_id), the code as grpc.StatusCode names it."""
+
+def check_namespace(namespace: str, max_chars: int) -> None:
+    """Raises ValueError unless the namespace is printable and at most
+    `max_chars` characters long."""
+
+class WireRouter:
+    """The Route RPC in the core: a serialized kvrouter.v1.RouteRequest in,
+    a serialized RouteResponse out, with metrics and decision-log records
+    kept until read."""
+
+    def __init__(
+        self,
+        core: RoutingCore,
+        index: PrefixIndex,
+        *,
+        id_prefix: str,
+        max_prompt_tokens: int,
+        max_namespace_chars: int,
+        max_request_id_chars: int,
+        approximate_ttl_s: float,
+        latency_buckets: Sequence[float],
+        overlap_buckets: Sequence[float],
+        log_decisions: bool,
+    ) -> None: ...
+    def set_worker(self, worker_id: int, role: str, address: str) -> None:
+        """Names a worker's role and address in responses."""
+    def remove_worker(self, worker_id: int) -> None: ...
+    def route(
+        self, request: bytes, now_s: float
+    ) -> tuple[bytes, str, int, int | None, int, int]:
+        """Validates, decides and books, with the GIL released: (response,
+        request_id, decode_worker, prefill_worker, prefill_tokens,
+        num_blocks). `now_s` is the policy's clock. Raises RouteRefused."""
+    def stats(
+        self,
+    ) -> tuple[
+        list[tuple[int, str, int]],
+        list[tuple[str, int]],
+        tuple[list[int], float],
+        tuple[list[int], float],
+    ]:
+        """(decisions as (worker, "decode" | "prefill", count), errors as
+        (code, count), latency and overlap histograms as (bucket counts with
+        +Inf last, sum))."""
+    def take_decisions(
+        self,
+    ) -> list[tuple[float, str, int, int | None, int, int, float, str, float]]:
+        """Decision-log records since the last call: (unix time, request_id,
+        decode_worker, prefill_worker, blocks, overlap, ttft_ms, reason, µs)."""

@@ -17,7 +17,9 @@ class Router:
 
     Thread-safe. `route` charges the chosen workers at once, so a burst of
     requests spreads even before any worker reports load. `clock` (seconds)
-    drives stale-booking expiry; the replay simulator passes virtual time."""
+    drives stale-booking expiry; the replay simulator passes virtual time.
+    `core` is the Rust scoring core, for callers that route through it
+    directly (the service's wire path)."""
 
     def __init__(
         self,
@@ -29,21 +31,21 @@ class Router:
         self.index = index
         self.config = config or PolicyConfig()
         self.config.validate()
-        self._core = RoutingCore(index.block_size, **self.config.core_kwargs())
-        self._clock = clock
+        self.core = RoutingCore(index.block_size, **self.config.core_kwargs())
+        self.clock = clock
 
     # -- registry
     def upsert_worker(self, worker_id: int, role: str, capacity_blocks: int) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
-        self._core.upsert_worker(worker_id, role, capacity_blocks)
+        self.core.upsert_worker(worker_id, role, capacity_blocks)
 
     def remove_worker(self, worker_id: int) -> list[str]:
         """Forgets the worker; returns the ids of requests that were booked on it."""
-        return self._core.remove_worker(worker_id)
+        return self.core.remove_worker(worker_id)
 
     def set_healthy(self, worker_id: int, healthy: bool) -> None:
-        self._core.set_healthy(worker_id, healthy)
+        self.core.set_healthy(worker_id, healthy)
 
     def report_load(
         self,
@@ -52,7 +54,7 @@ class Router:
         active_decode_blocks: int,
         active_requests: int,
     ) -> None:
-        self._core.report_load(
+        self.core.report_load(
             worker_id, queued_prefill_tokens, active_decode_blocks, active_requests
         )
 
@@ -60,20 +62,20 @@ class Router:
     def report_prefill_timing(
         self, new_tokens: int, cached_tokens: int, duration_ms: float
     ) -> None:
-        self._core.observe_prefill(new_tokens, cached_tokens, duration_ms)
+        self.core.observe_prefill(new_tokens, cached_tokens, duration_ms)
 
     def report_decode_step(self, active_blocks: int, duration_ms: float) -> None:
-        self._core.observe_decode_step(active_blocks, duration_ms)
+        self.core.observe_decode_step(active_blocks, duration_ms)
 
     def report_transfer(self, blocks: int, duration_ms: float) -> None:
-        self._core.observe_transfer(blocks, duration_ms)
+        self.core.observe_transfer(blocks, duration_ms)
 
     def coefficients(self) -> dict[str, float]:
-        return self._core.coefficients()
+        return self.core.coefficients()
 
     def load(self, worker_id: int) -> tuple[int, int, int]:
         """(queued prefill tokens, active decode blocks, active requests) as scored."""
-        return self._core.load(worker_id)
+        return self.core.load(worker_id)
 
     # -- routing
     def route(
@@ -91,14 +93,14 @@ class Router:
         block hashes passes `hashes` (and `num_tokens`) with tokens None.
         Raises NoWorkerAvailable, or ValueError for a request id in flight."""
         (decode, prefill, ttft, prefill_tokens, num_blocks, reason, decode_rows, prefill_rows) = (
-            self._core.route(
+            self.core.route(
                 self.index,
                 request_id,
                 tokens if hashes is None else None,
                 hashes=hashes,
                 num_tokens=num_tokens,
                 namespace=namespace,
-                now_s=self._clock(),
+                now_s=self.clock(),
                 approximate_ttl_s=self.config.approximate_ttl_s,
             )
         )
@@ -114,16 +116,16 @@ class Router:
         )
 
     def prefill_done(self, request_id: str) -> None:
-        self._core.prefill_done(request_id)
+        self.core.prefill_done(request_id)
 
     def finished(self, request_id: str) -> bool:
         """Frees the request's load; False when it was not booked."""
-        return self._core.release(request_id)
+        return self.core.release(request_id)
 
     def cancelled(self, request_id: str) -> bool:
         """Frees the request's load; False when it was not booked."""
-        return self._core.release(request_id)
+        return self.core.release(request_id)
 
     def __len__(self) -> int:
         """Requests booked and not yet finished."""
-        return len(self._core)
+        return len(self.core)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvrouter._core import Cleared, Removed, Stored, Tier
-from kvrouter.policy import CandidateCost, Decision
+from kvrouter._core import check_namespace as core_check_namespace
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.service.errors import invalid
 
@@ -32,10 +32,11 @@ def prompt_tokens(request, max_tokens: int) -> bytes | list[int]:
 
 
 def check_namespace(namespace: str, max_chars: int) -> None:
-    if len(namespace) > max_chars:
-        raise invalid(f"namespace is {len(namespace)} characters; the limit is {max_chars}")
-    if not namespace.isprintable():
-        raise invalid("namespace must not contain control characters")
+    """The rule the routing path applies in the core."""
+    try:
+        core_check_namespace(namespace, max_chars)
+    except ValueError as e:
+        raise invalid(str(e)) from None
 
 
 def core_events(events) -> list:
@@ -82,50 +83,3 @@ def _tier(value: int, i: int) -> Tier:
     if not 0 <= value < len(TIERS):
         raise invalid(f"event {i}: unknown tier {value}")
     return TIERS[value]
-
-
-def _candidate(c: CandidateCost, roles) -> pb.Candidate:
-    return pb.Candidate(
-        worker_id=c.worker_id,
-        role=roles(c.worker_id),
-        overlap_device=c.overlap_device,
-        overlap_host=c.overlap_host,
-        overlap_disk=c.overlap_disk,
-        cost_ms=c.cost_ms,
-        queue_ms=c.queue_ms,
-        prefill_ms=c.prefill_ms,
-        reload_ms=c.reload_ms,
-        decode_ms=c.decode_ms,
-        transfer_ms=c.transfer_ms,
-        overflow_ms=c.overflow_ms,
-        active_requests=c.active_requests,
-        overloaded=c.overloaded,
-    )
-
-
-def route_response(decision: Decision, workers, explain: bool) -> pb.RouteResponse:
-    """A RouteResponse; without `explain`, only the chosen candidates.
-    `workers` is the WorkerTable, for roles and addresses."""
-    ex = decision.explanation
-    if explain:
-        decode, prefill = ex.decode_candidates, ex.prefill_candidates
-    else:
-        decode = [c for c in (ex.decode_candidate(decision.decode_worker),) if c]
-        prefill = [c for c in (ex.prefill_candidate(decision.prefill_worker),) if c]
-    response = pb.RouteResponse(
-        request_id=decision.request_id,
-        decode_worker=decision.decode_worker,
-        disaggregated=decision.disaggregated,
-        decode_address=workers.address(decision.decode_worker),
-        num_blocks=decision.num_blocks,
-        predicted_ttft_ms=decision.predicted_ttft_ms,
-        explanation=pb.Explanation(
-            reason=ex.reason,
-            decode_candidates=[_candidate(c, workers.role) for c in decode],
-            prefill_candidates=[_candidate(c, workers.role) for c in prefill],
-        ),
-    )
-    if decision.prefill_worker is not None:
-        response.prefill_worker = decision.prefill_worker
-        response.prefill_address = workers.address(decision.prefill_worker)
-    return response

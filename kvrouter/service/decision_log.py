@@ -1,9 +1,9 @@
 """The decision log: one line per routing decision, keyed by request id, in
 the same shape as the other structured logs (logger "kvrouter.decisions").
 
-Records are buffered as tuples on the hot path and formatted and written in
-one go every `FLUSH_INTERVAL_S` (and at shutdown): a logging call per
-decision would cost more than the decision.
+The Rust core keeps a record of each decision as it makes it; they are
+read, formatted and written in one go every `FLUSH_INTERVAL_S` (and at
+shutdown): a logging call per decision would cost more than the decision.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 
 from kvrouter.service.logs import TextFormatter
 
 FLUSH_INTERVAL_S = 0.05
-MAX_PENDING = 4096
 FIELDS = (
     "request_id",
     "decode_worker",
@@ -46,21 +46,20 @@ class DecisionLog:
     def __init__(self, enabled: bool) -> None:
         self.logger = logging.getLogger("kvrouter.decisions")
         self.enabled = enabled and self.logger.isEnabledFor(logging.INFO)
-        self._pending: list[tuple] = []
+        self._take: Callable[[], list[tuple]] = list
 
-    def record(self, *values) -> None:
-        """Values in FIELDS order, and the time."""
-        self._pending.append((time.time(), values))
-        if len(self._pending) >= MAX_PENDING:
-            self.flush()
+    def read_from(self, take: Callable[[], list[tuple]]) -> None:
+        """`take()` returns the records made since its last call, each the
+        time and the values in FIELDS order."""
+        self._take = take
 
     def flush(self) -> None:
-        if not self._pending:
+        pending = self._take()
+        if not pending:
             return
-        pending, self._pending = self._pending, []
         for handler in logging.getLogger("kvrouter").handlers:
             text = isinstance(handler.formatter, TextFormatter)
-            lines = [self._format(ts, values, text) for ts, values in pending]
+            lines = [self._format(ts, values, text) for ts, *values in pending]
             stream = getattr(handler, "stream", None)
             if stream is not None:
                 with handler.lock:

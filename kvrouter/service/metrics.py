@@ -1,16 +1,13 @@
 """Prometheus metrics of one router instance, on a registry of its own (so
 several instances can live in one process, as in tests).
 
-Per-decision figures are plain counters bumped on the hot path and turned
+Per-decision figures are counted by the Rust core as it decides and turned
 into metric families only when /metrics is scraped: prometheus_client's own
-Counter and Histogram take a lock per update, which at tens of thousands of
-decisions a second costs more than the decision's bookkeeping should.
+Counter and Histogram cost more per update than the decision itself.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections import Counter as Tally
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -41,55 +38,58 @@ RATIO_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
 LAG_BUCKETS = (1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0, 5.0, 30.0)
 
 
-class FastHistogram:
-    """Bucket counts without a lock; the event loop is the only writer."""
-
-    def __init__(self, buckets: tuple[float, ...]) -> None:
-        self.buckets = buckets
-        self.counts = [0] * (len(buckets) + 1)
-        self.total = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.buckets, value)] += 1
-        self.total += value
-
-    def family(self, name: str, doc: str) -> HistogramMetricFamily:
-        cumulative, running = [], 0
-        for bound, count in zip((*map(str, self.buckets), "+Inf"), self.counts, strict=True):
-            running += count
-            cumulative.append((bound, running))
-        return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=self.total)
+def histogram_family(
+    name: str, doc: str, bounds: tuple[float, ...], counts: list[int], total: float
+) -> HistogramMetricFamily:
+    """A histogram from per-bucket counts (+Inf last)."""
+    cumulative, running = [], 0
+    for bound, count in zip((*map(str, bounds), "+Inf"), counts, strict=True):
+        running += count
+        cumulative.append((bound, running))
+    return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=total)
 
 
 class DecisionStats:
-    """The routing hot path's figures, collected at scrape time."""
+    """The routing hot path's figures, kept by the core and read at scrape
+    time through `read_from`'s callable."""
 
     def __init__(self) -> None:
-        self.decisions: Tally[tuple[int, str]] = Tally()
-        self.errors: Tally[str] = Tally()
-        self.latency = FastHistogram(LATENCY_BUCKETS)
-        self.overlap = FastHistogram(RATIO_BUCKETS)
+        self._read: Callable[[], tuple] | None = None
+
+    def read_from(self, read: Callable[[], tuple]) -> None:
+        """`read()` returns (decisions as (worker, role, count), errors as
+        (code, count), latency (counts, sum), overlap (counts, sum))."""
+        self._read = read
 
     def collect(self):
+        if self._read is None:
+            return
+        decision_counts, error_counts, latency, overlap = self._read()
         decisions = CounterMetricFamily(
             "kvrouter_decisions",
             "Routing decisions by chosen worker and role",
             labels=["worker", "role"],
         )
-        for (worker, role), count in sorted(self.decisions.items()):
+        for worker, role, count in decision_counts:
             decisions.add_metric([str(worker), role], count)
         errors = CounterMetricFamily(
             "kvrouter_route_errors", "Refused routing requests by status code", labels=["code"]
         )
-        for code, count in sorted(self.errors.items()):
+        for code, count in error_counts:
             errors.add_metric([code], count)
         yield decisions
         yield errors
-        yield self.latency.family(
-            "kvrouter_routing_latency_seconds", "Time to decide one request, in the router"
+        yield histogram_family(
+            "kvrouter_routing_latency_seconds",
+            "Time to decide one request, in the router",
+            LATENCY_BUCKETS,
+            *latency,
         )
-        yield self.overlap.family(
-            "kvrouter_overlap_ratio", "Cached share of the prompt's blocks on the decode worker"
+        yield histogram_family(
+            "kvrouter_overlap_ratio",
+            "Cached share of the prompt's blocks on the decode worker",
+            RATIO_BUCKETS,
+            *overlap,
         )
 
 

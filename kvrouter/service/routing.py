@@ -1,34 +1,36 @@
 """The Router service: routing decisions (unary and streaming) and the
 lifecycle reports that keep the policy's load book true.
 
-The decision itself (hashing, index lookup, scoring) runs in the policy and
-the Rust core; this file validates input, maps errors to status codes,
-records metrics and logs each decision with its request id.
+Route and RouteStream carry serialized messages: the Rust core parses the
+request, validates it, decides (hashing, index lookup, scoring, booking),
+builds the response and counts the decision for metrics and the decision
+log, in one call with the GIL released. This file maps refusals to status
+codes and logs them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
-import time
 
 import grpc
 
-from kvrouter.policy import NoWorkerAvailable, Router
+from kvrouter._core import RouteRefused, WireRouter
+from kvrouter.policy import Router
+from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 from kvrouter.service.config import ServiceConfig
-from kvrouter.service.convert import check_namespace, prompt_tokens, route_response
 from kvrouter.service.decision_log import DecisionLog
 from kvrouter.service.errors import ServiceError, invalid, not_found
-from kvrouter.service.metrics import ServiceMetrics
+from kvrouter.service.metrics import LATENCY_BUCKETS, RATIO_BUCKETS, ServiceMetrics
 from kvrouter.service.workers import WorkerTable
 
 log = logging.getLogger("kvrouter.service.routing")
 
 MAX_REQUEST_ID_CHARS = 256
+SERVICE = "kvrouter.v1.Router"
 
 
 class RouterService(router_pb2_grpc.RouterServicer):
@@ -37,84 +39,78 @@ class RouterService(router_pb2_grpc.RouterServicer):
     ) -> None:
         self.router = router
         self.workers = workers
-        self.metrics = metrics
         self.config = config
-        self._ids = itertools.count()
-        self._id_prefix = os.urandom(4).hex()
-        self._stats = metrics.routing
         self.decision_log = DecisionLog(config.log_decisions)
+        self.wire = WireRouter(
+            router.core,
+            router.index,
+            id_prefix=os.urandom(4).hex(),
+            max_prompt_tokens=config.max_prompt_tokens,
+            max_namespace_chars=config.max_namespace_chars,
+            max_request_id_chars=MAX_REQUEST_ID_CHARS,
+            approximate_ttl_s=router.config.approximate_ttl_s,
+            latency_buckets=LATENCY_BUCKETS,
+            overlap_buckets=RATIO_BUCKETS,
+            log_decisions=self.decision_log.enabled,
+        )
+        self.decision_log.read_from(self.wire.take_decisions)
+        metrics.routing.read_from(self.wire.stats)
+        workers.add_directory(self.wire)
+        self._clock = router.clock
+        # Router replicas share each booking with their peers.
+        self._share_booking = getattr(router, "routed", None)
         self._streams: set[asyncio.Task] = set()
 
-    def decide(self, request: pb.RouteRequest) -> pb.RouteResponse:
-        """One routing decision; raises ServiceError for a refused request."""
-        started = time.perf_counter()
+    def add_to_server(self, server) -> None:
+        """Registers the service; Route and RouteStream take and return bytes."""
+        handlers = {
+            "Route": grpc.unary_unary_rpc_method_handler(self.Route),
+            "RouteStream": grpc.stream_stream_rpc_method_handler(self.RouteStream),
+            "ReportLifecycle": grpc.unary_unary_rpc_method_handler(
+                self.ReportLifecycle,
+                request_deserializer=pb.LifecycleReport.FromString,
+                response_serializer=pb.LifecycleAck.SerializeToString,
+            ),
+            "Generate": grpc.unary_stream_rpc_method_handler(
+                self.Generate,
+                request_deserializer=gen.GenerateRequest.FromString,
+                response_serializer=gen.GenerateResponse.SerializeToString,
+            ),
+        }
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+        server.add_registered_method_handlers(SERVICE, handlers)
+
+    def decide(self, request: bytes) -> tuple[bytes, str]:
+        """One routing decision for a serialized RouteRequest: the serialized
+        RouteResponse and the request id. Raises RouteRefused, with args
+        (status code name, message, request id)."""
         try:
-            tokens = prompt_tokens(request, self.config.max_prompt_tokens)
-            check_namespace(request.namespace, self.config.max_namespace_chars)
-            request_id = request.request_id or f"{self._id_prefix}-{next(self._ids)}"
-            if len(request_id) > MAX_REQUEST_ID_CHARS:
-                raise invalid(f"request_id is longer than {MAX_REQUEST_ID_CHARS} characters")
-            try:
-                decision = self.router.route(request_id, tokens, request.namespace)
-            except NoWorkerAvailable as e:
-                raise ServiceError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
-            except ValueError as e:
-                raise invalid(str(e)) from None
-            except Exception:
-                log.exception("routing failed", extra={"fields": {"request_id": request_id}})
-                raise ServiceError(
-                    grpc.StatusCode.INTERNAL, "routing failed; see the router log"
-                ) from None
-        except ServiceError as e:
-            self._stats.errors[e.code.name] += 1
-            log.info(
+            response, request_id, decode, prefill, prefill_tokens, blocks = self.wire.route(
+                request, self._clock()
+            )
+        except RouteRefused as e:
+            code, message, request_id = e.args
+            log.log(
+                logging.ERROR if code == "INTERNAL" else logging.INFO,
                 "route refused",
-                extra={
-                    "fields": {
-                        "request_id": request.request_id,
-                        "code": e.code.name,
-                        "error": e.message,
-                    }
-                },
+                extra={"fields": {"request_id": request_id, "code": code, "error": message}},
             )
             raise
-        response = route_response(decision, self.workers, request.explain)
-        elapsed = time.perf_counter() - started
-        self._record(decision, elapsed)
-        return response
+        if self._share_booking is not None:
+            self._share_booking(request_id, decode, prefill, prefill_tokens, blocks)
+        return response, request_id
 
-    def _record(self, decision, elapsed: float) -> None:
-        stats = self._stats
-        stats.latency.observe(elapsed)
-        stats.decisions[(decision.decode_worker, "decode")] += 1
-        if decision.prefill_worker is not None:
-            stats.decisions[(decision.prefill_worker, "prefill")] += 1
-        winner = decision.explanation.decode_candidate(decision.decode_worker)
-        overlap = winner.overlap if winner else 0
-        if decision.num_blocks:
-            stats.overlap.observe(overlap / decision.num_blocks)
-        if self.decision_log.enabled:
-            self.decision_log.record(
-                decision.request_id,
-                decision.decode_worker,
-                decision.prefill_worker,
-                decision.num_blocks,
-                overlap,
-                round(decision.predicted_ttft_ms, 3),
-                decision.explanation.reason,
-                round(elapsed * 1e6, 1),
-            )
-
-    async def Route(self, request, context):
+    async def Route(self, request: bytes, context) -> bytes:
         if _expired(context):
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before routing")
         try:
-            response = self.decide(request)
-        except ServiceError as e:
-            await context.abort(e.code, e.message)
+            response, request_id = self.decide(request)
+        except RouteRefused as e:
+            code, message, _ = e.args
+            await context.abort(grpc.StatusCode[code], message)
         if _expired(context):
             # The caller will never see this decision: undo its booking.
-            self.router.cancelled(response.request_id)
+            self.router.cancelled(request_id)
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed while routing")
         return response
 
@@ -124,12 +120,13 @@ class RouterService(router_pb2_grpc.RouterServicer):
         try:
             async for request in request_iterator:
                 try:
-                    yield self.decide(request)
-                except ServiceError as e:
+                    yield self.decide(request)[0]
+                except RouteRefused as e:
+                    code, message, request_id = e.args
                     yield pb.RouteResponse(
-                        request_id=request.request_id,
-                        error=pb.RouteError(code=e.code.value[0], message=e.message),
-                    )
+                        request_id=request_id,
+                        error=pb.RouteError(code=grpc.StatusCode[code].value[0], message=message),
+                    ).SerializeToString()
         finally:
             self._streams.discard(task)
 

@@ -5,6 +5,7 @@ mod hashing;
 mod index;
 mod ints;
 mod policy;
+mod wire;
 
 use pyo3::prelude::*;
 
@@ -24,6 +25,9 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<index::PyOverlapScores>()?;
     m.add_class::<index::PyPrefixIndex>()?;
     m.add_class::<policy::PyRoutingCore>()?;
+    m.add_class::<wire::PyWireRouter>()?;
+    m.add_function(wrap_pyfunction!(wire::check_namespace, m)?)?;
+    m.add("RouteRefused", m.py().get_type::<wire::RouteRefused>())?;
     m.add(
         "NoWorkerAvailable",
         m.py().get_type::<policy::NoWorkerAvailable>(),

@@ -6,8 +6,10 @@ use super::index::PyPrefixIndex;
 use super::ints::{extract_hashes, Tokens};
 use crate::hashing::BlockHasher;
 use crate::ids::{SeqHash, WorkerId};
+use crate::index::PrefixIndex;
 use crate::policy::{
-    Candidate, Coefficients, Load, Policy, PolicyConfig, Request, Role, RouteError, Selector,
+    Candidate, Coefficients, Decision, Load, Policy, PolicyConfig, Request, Role, RouteError,
+    Selector,
 };
 use parking_lot::Mutex;
 use pyo3::create_exception;
@@ -77,6 +79,47 @@ type DecisionRow = (
 pub struct PyRoutingCore {
     policy: Mutex<Policy>,
     block_size: u64,
+}
+
+impl PyRoutingCore {
+    /// Looks the prompt's blocks up in `index`, scores every candidate and
+    /// books the request on the winner(s). With an `approximate_ttl` the
+    /// chosen workers are recorded as soon-to-hold the blocks.
+    pub(crate) fn decide(
+        &self,
+        index: &PrefixIndex,
+        request_id: &str,
+        hashes: &[SeqHash],
+        num_tokens: u64,
+        now_ms: u64,
+        approximate_ttl: Option<Duration>,
+    ) -> Result<Decision, RouteError> {
+        let matched = if hashes.is_empty() {
+            Vec::new()
+        } else {
+            index.find_matches(hashes, false).scores
+        };
+        let request = Request {
+            num_tokens,
+            num_blocks: hashes.len() as u64,
+            block_size: self.block_size,
+        };
+        let decision = self
+            .policy
+            .lock()
+            .route(request_id, request, &matched, now_ms)?;
+        if let Some(ttl) = approximate_ttl.filter(|_| !hashes.is_empty()) {
+            for worker in [Some(decision.decode_worker), decision.prefill_worker]
+                .into_iter()
+                .flatten()
+            {
+                // Fails only past 2^24 workers; a missing prediction costs
+                // routing quality, never correctness.
+                let _ = index.insert_approximate(worker, hashes, ttl);
+            }
+        }
+        Ok(decision)
+    }
 }
 
 #[pymethods]
@@ -231,7 +274,7 @@ impl PyRoutingCore {
         let now_ms = (now_s * 1000.0).max(0.0) as u64;
         let approximate_ttl =
             (approximate_ttl_s > 0.0).then(|| Duration::from_secs_f64(approximate_ttl_s));
-        let d = py
+        let (d, num_blocks) = py
             .detach(|| {
                 let (hashes, prompt_tokens) = match &prompt {
                     Prompt::Tokens(tokens, hasher) => (
@@ -242,34 +285,18 @@ impl PyRoutingCore {
                         (hashes.clone(), hashes.len() as u64 * self.block_size)
                     }
                 };
-                let matched = if hashes.is_empty() {
-                    Vec::new()
-                } else {
-                    index.find_matches(&hashes, false).scores
-                };
-                let request = Request {
-                    num_tokens: num_tokens.unwrap_or(prompt_tokens),
-                    num_blocks: hashes.len() as u64,
-                    block_size: self.block_size,
-                };
-                let decision = self
-                    .policy
-                    .lock()
-                    .route(request_id, request, &matched, now_ms)?;
-                if let Some(ttl) = approximate_ttl.filter(|_| !hashes.is_empty()) {
-                    for worker in [Some(decision.decode_worker), decision.prefill_worker]
-                        .into_iter()
-                        .flatten()
-                    {
-                        // Fails only past 2^24 workers; a missing prediction
-                        // costs routing quality, never correctness.
-                        let _ = index.insert_approximate(worker, &hashes, ttl);
-                    }
-                }
-                Ok((decision, request.num_blocks))
+                let num_tokens = num_tokens.unwrap_or(prompt_tokens);
+                self.decide(
+                    index,
+                    request_id,
+                    &hashes,
+                    num_tokens,
+                    now_ms,
+                    approximate_ttl,
+                )
+                .map(|decision| (decision, hashes.len() as u64))
             })
             .map_err(to_pyerr)?;
-        let (d, num_blocks) = d;
         Ok((
             d.decode_worker.0,
             d.prefill_worker.map(|w| w.0),

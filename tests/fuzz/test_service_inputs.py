@@ -12,6 +12,7 @@ from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kvrouter._core import RouteRefused
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.service.errors import ServiceError
 
@@ -56,6 +57,11 @@ def expect_accepted_or_invalid(state: ServiceState, call) -> None:
         assert e.code == grpc.StatusCode.INVALID_ARGUMENT, (e.code, e.message)
         assert e.message
         assert state.snapshot() == before
+    except RouteRefused as e:
+        code, message, _ = e.args
+        assert code == "INVALID_ARGUMENT", (code, message)
+        assert message
+        assert state.snapshot() == before
 
 
 @fuzz_settings
@@ -93,13 +99,22 @@ route_requests = st.builds(
 def test_route_requests(requests):
     state = ServiceState()
     for request in requests:
-        expect_accepted_or_invalid(state, lambda r=request: state.routing.decide(r))
+        payload = request.SerializeToString()
+        expect_accepted_or_invalid(state, lambda p=payload: state.routing.decide(p))
+
+
+@fuzz_settings
+@given(st.lists(st.binary(max_size=200), min_size=1, max_size=4))
+def test_route_request_bytes(payloads):
+    state = ServiceState()
+    for payload in payloads:
+        expect_accepted_or_invalid(state, lambda p=payload: state.routing.decide(p))
 
 
 @pytest.mark.parametrize("count", [65, 1_000_000])
 def test_huge_prompts_are_refused_by_the_limit(count):
     state = ServiceState(max_prompt_tokens=64)
     request = pb.RouteRequest(tokens_u32le=b"\0\0\0\0" * count)
-    with pytest.raises(ServiceError, match="at most 64") as refused:
-        state.routing.decide(request)
-    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(RouteRefused, match="at most 64") as refused:
+        state.routing.decide(request.SerializeToString())
+    assert refused.value.args[0] == "INVALID_ARGUMENT"

@@ -16,8 +16,11 @@ def test_lines_are_json_with_every_field(monkeypatch):
     handler = logging.getLogger("kvrouter").handlers[0]
     monkeypatch.setattr(handler, "stream", stream)
     log = DecisionLog(enabled=True)
-    log.record('r"1', 3, None, 10, 5, 1.25, "worker 3 \u00e9", 12.5)
-    log.record("r2", 4, 7, 2, 0, float("inf"), "tie", 3.0)
+    records = [
+        (1.0, 'r"1', 3, None, 10, 5, 1.25, "worker 3 \u00e9", 12.5),
+        (2.0, "r2", 4, 7, 2, 0, float("inf"), "tie", 3.0),
+    ]
+    log.read_from(lambda: records)
     log.flush()
     first, second = (json.loads(line) for line in stream.getvalue().splitlines())
     assert first["request_id"] == 'r"1' and first["prefill_worker"] is None

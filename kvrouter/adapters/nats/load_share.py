@@ -43,7 +43,7 @@ class SharedLoadRouter:
                  book_interval_s: float = 2.0) -> None:
         self.router = router
         self.nc = nc
-        self.config = config
+        self.nats = config
         self.replica = check_name(replica)
         self.book_interval_s = book_interval_s
         self.books: dict[str, dict[str, Booking]] = {replica: {}}
@@ -56,7 +56,7 @@ class SharedLoadRouter:
         self._subscription = None
 
     async def start(self) -> None:
-        self._subscription = await self.nc.subscribe(self.config.load_subject,
+        self._subscription = await self.nc.subscribe(self.nats.load_subject,
                                                      cb=self._on_message)
         # Once the server has the subscription, no peer's decision slips past.
         await self.nc.flush()
@@ -76,11 +76,20 @@ class SharedLoadRouter:
     # -- the Router's lifecycle, shared
     def route(self, request_id: str, tokens, namespace: str = ""):
         decision = self.router.route(request_id, tokens, namespace)
-        booking = _booking_of(decision)
+        self.routed(request_id, decision.decode_worker, decision.prefill_worker,
+                    decision.prefill_tokens, decision.num_blocks)
+        return decision
+
+    def routed(self, request_id: str, decode_worker: int, prefill_worker: int | None,
+               prefill_tokens: int, num_blocks: int) -> None:
+        """Shares a booking the policy made, however it was routed: the
+        prompt's uncached tokens on the prefill worker, its blocks and one
+        request on the decode worker."""
+        prefill = decode_worker if prefill_worker is None else prefill_worker
+        booking = Booking(prefill, decode_worker, prefill_tokens, num_blocks)
         self._book(self.replica, request_id, booking)
         self._post(["route", self.replica, request_id, *astuple(booking)])
         self._expire()
-        return decision
 
     def prefill_done(self, request_id: str) -> None:
         self.router.prefill_done(request_id)
@@ -172,7 +181,7 @@ class SharedLoadRouter:
     async def _send(self) -> None:
         while True:
             data = await self._outbox.get()
-            await self.nc.publish(self.config.load_subject, data)
+            await self.nc.publish(self.nats.load_subject, data)
 
     async def _announce(self) -> None:
         while True:
@@ -204,12 +213,3 @@ class SharedLoadRouter:
                 self._unbook(replica, request_id)
             for request_id, *fields in rest[0]:
                 self._book(replica, request_id, Booking(*fields))
-
-
-def _booking_of(decision) -> Booking:
-    """What the policy charged for a decision: the prompt's uncached tokens
-    on the prefill worker, its blocks and one request on the decode worker."""
-    prefill = decision.prefill_worker if decision.prefill_worker is not None else \
-        decision.decode_worker
-    return Booking(prefill, decision.decode_worker, decision.prefill_tokens,
-                   decision.num_blocks)

@@ -1,0 +1,247 @@
+//! A `RouteRequest` checked against the router's limits, and the
+//! `RouteResponse` for a decision.
+
+use super::messages::{self, RouteRequest, RouteResponse};
+use crate::ids::WorkerId;
+use crate::policy::{Candidate, Decision, RouteError};
+use hashbrown::HashMap;
+use prost::Message;
+
+/// The gRPC status codes a routing call can end with.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Code {
+    InvalidArgument,
+    Internal,
+    Unavailable,
+}
+
+impl Code {
+    /// As `grpc.StatusCode` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Code::InvalidArgument => "INVALID_ARGUMENT",
+            Code::Internal => "INTERNAL",
+            Code::Unavailable => "UNAVAILABLE",
+        }
+    }
+}
+
+/// A request the router turns down, with the status it answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: Code,
+    pub message: String,
+}
+
+impl Refusal {
+    fn invalid(message: String) -> Refusal {
+        Refusal {
+            code: Code::InvalidArgument,
+            message,
+        }
+    }
+}
+
+impl From<RouteError> for Refusal {
+    fn from(error: RouteError) -> Refusal {
+        let code = match error {
+            RouteError::DuplicateRequest(_) => Code::InvalidArgument,
+            RouteError::NoWorker { .. } => Code::Unavailable,
+            // A worker left between lookup and booking: the router's fault.
+            RouteError::UnknownWorker(_) => Code::Internal,
+        };
+        Refusal {
+            code,
+            message: error.to_string(),
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug)]
+pub struct Limits {
+    pub max_prompt_tokens: usize,
+    pub max_namespace_chars: usize,
+    pub max_request_id_chars: usize,
+}
+
+/// A valid request: its prompt decoded, its id empty when the caller left
+/// it to the router.
+#[derive(Debug)]
+pub struct Routable {
+    pub request_id: String,
+    pub tokens: Vec<u32>,
+    pub namespace: String,
+    pub explain: bool,
+}
+
+/// Decodes and checks a `RouteRequest`. On refusal also returns the
+/// request id, when the bytes got far enough to have one.
+pub fn parse(bytes: &[u8], limits: &Limits) -> Result<Routable, (String, Refusal)> {
+    let request = RouteRequest::decode(bytes).map_err(|e| {
+        (
+            String::new(),
+            Refusal::invalid(format!("malformed RouteRequest: {e}")),
+        )
+    })?;
+    check(request, limits)
+}
+
+fn check(request: RouteRequest, limits: &Limits) -> Result<Routable, (String, Refusal)> {
+    let RouteRequest {
+        request_id,
+        tokens,
+        tokens_u32le,
+        namespace,
+        explain,
+    } = request;
+    let checked = prompt(tokens, &tokens_u32le, limits.max_prompt_tokens)
+        .and_then(|tokens| {
+            check_namespace(&namespace, limits.max_namespace_chars)?;
+            Ok(tokens)
+        })
+        .and_then(|tokens| {
+            if request_id.chars().count() > limits.max_request_id_chars {
+                return Err(format!(
+                    "request_id is longer than {} characters",
+                    limits.max_request_id_chars
+                ));
+            }
+            Ok(tokens)
+        });
+    match checked {
+        Ok(tokens) => Ok(Routable {
+            request_id,
+            tokens,
+            namespace,
+            explain,
+        }),
+        Err(message) => Err((request_id, Refusal::invalid(message))),
+    }
+}
+
+fn prompt(tokens: Vec<u32>, packed: &[u8], max_tokens: usize) -> Result<Vec<u32>, String> {
+    if !packed.is_empty() && !tokens.is_empty() {
+        return Err("set only one of tokens and tokens_u32le".into());
+    }
+    if !packed.len().is_multiple_of(4) {
+        return Err(format!(
+            "tokens_u32le has {} bytes, not a multiple of 4",
+            packed.len()
+        ));
+    }
+    let count = if packed.is_empty() {
+        tokens.len()
+    } else {
+        packed.len() / 4
+    };
+    if count == 0 {
+        return Err("the prompt is empty".into());
+    }
+    if count > max_tokens {
+        return Err(format!(
+            "the prompt has {count} tokens; this router accepts at most {max_tokens}"
+        ));
+    }
+    if packed.is_empty() {
+        return Ok(tokens);
+    }
+    Ok(packed
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+/// A namespace is printable and at most `max_chars` characters long.
+pub fn check_namespace(namespace: &str, max_chars: usize) -> Result<(), String> {
+    let chars = namespace.chars().count();
+    if chars > max_chars {
+        return Err(format!(
+            "namespace is {chars} characters; the limit is {max_chars}"
+        ));
+    }
+    if namespace.chars().any(char::is_control) {
+        return Err("namespace must not contain control characters".into());
+    }
+    Ok(())
+}
+
+/// Registered workers' roles and addresses, for responses.
+#[derive(Default)]
+pub struct Directory {
+    workers: HashMap<WorkerId, (String, String)>,
+}
+
+impl Directory {
+    pub fn set(&mut self, worker: WorkerId, role: String, address: String) {
+        self.workers.insert(worker, (role, address));
+    }
+
+    pub fn remove(&mut self, worker: WorkerId) {
+        self.workers.remove(&worker);
+    }
+
+    fn role(&self, worker: WorkerId) -> &str {
+        self.workers.get(&worker).map_or("", |(role, _)| role)
+    }
+
+    fn address(&self, worker: WorkerId) -> &str {
+        self.workers.get(&worker).map_or("", |(_, address)| address)
+    }
+
+    fn candidate(&self, c: &Candidate) -> messages::Candidate {
+        let k = &c.cost;
+        messages::Candidate {
+            worker_id: c.worker.0,
+            role: self.role(c.worker).to_owned(),
+            overlap_device: c.overlap.device,
+            overlap_host: c.overlap.host,
+            overlap_disk: c.overlap.disk,
+            cost_ms: k.total(),
+            queue_ms: k.queue_ms,
+            prefill_ms: k.prefill_ms,
+            reload_ms: k.reload_ms,
+            decode_ms: k.decode_ms,
+            transfer_ms: k.transfer_ms,
+            overflow_ms: k.overflow_ms,
+            active_requests: u32::try_from(c.active_requests).unwrap_or(u32::MAX),
+            overloaded: c.overloaded,
+        }
+    }
+
+    /// The response for a decision: every candidate with `explain`, else
+    /// only the chosen ones.
+    pub fn response(
+        &self,
+        request_id: &str,
+        decision: &Decision,
+        num_blocks: u64,
+        explain: bool,
+    ) -> RouteResponse {
+        let shown = |candidates: &[Candidate], chosen: Option<WorkerId>| {
+            candidates
+                .iter()
+                .filter(|c| explain || Some(c.worker) == chosen)
+                .map(|c| self.candidate(c))
+                .collect()
+        };
+        RouteResponse {
+            request_id: request_id.to_owned(),
+            decode_worker: decision.decode_worker.0,
+            prefill_worker: decision.prefill_worker.map(|w| w.0),
+            disaggregated: decision.prefill_worker.is_some(),
+            decode_address: self.address(decision.decode_worker).to_owned(),
+            prefill_address: decision
+                .prefill_worker
+                .map_or("", |w| self.address(w))
+                .to_owned(),
+            num_blocks: u32::try_from(num_blocks).unwrap_or(u32::MAX),
+            predicted_ttft_ms: decision.predicted_ttft_ms,
+            explanation: Some(messages::Explanation {
+                reason: decision.reason.clone(),
+                decode_candidates: shown(&decision.decode_candidates, Some(decision.decode_worker)),
+                prefill_candidates: shown(&decision.prefill_candidates, decision.prefill_worker),
+            }),
+            error: None,
+        }
+    }
+}

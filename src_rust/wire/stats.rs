@@ -1,0 +1,98 @@
+//! What the router keeps of each decision: Prometheus figures (read at
+//! scrape time) and the decision log's records (drained by its writer).
+
+use crate::ids::WorkerId;
+use hashbrown::HashMap;
+
+/// Bucket counts as Prometheus reads them: a value goes to the first bucket
+/// whose upper bound is at least the value, or past the last one (+Inf).
+#[derive(Clone, Debug)]
+pub struct Histogram {
+    pub bounds: Vec<f64>,
+    pub counts: Vec<u64>,
+    pub sum: f64,
+}
+
+impl Histogram {
+    pub fn new(bounds: Vec<f64>) -> Histogram {
+        let counts = vec![0; bounds.len() + 1];
+        Histogram {
+            bounds,
+            counts,
+            sum: 0.0,
+        }
+    }
+
+    pub fn observe(&mut self, value: f64) {
+        let bucket = self.bounds.partition_point(|bound| *bound < value);
+        self.counts[bucket] += 1;
+        self.sum += value;
+    }
+}
+
+/// The role a decision booked a worker for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BookedAs {
+    Decode,
+    Prefill,
+}
+
+impl BookedAs {
+    pub fn name(self) -> &'static str {
+        match self {
+            BookedAs::Decode => "decode",
+            BookedAs::Prefill => "prefill",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RouteStats {
+    pub decisions: HashMap<(WorkerId, BookedAs), u64>,
+    pub errors: HashMap<&'static str, u64>,
+    /// Seconds to decide one request.
+    pub latency: Histogram,
+    /// Cached share of the prompt's blocks on the decode worker.
+    pub overlap: Histogram,
+}
+
+impl RouteStats {
+    pub fn new(latency_bounds: Vec<f64>, overlap_bounds: Vec<f64>) -> RouteStats {
+        RouteStats {
+            decisions: HashMap::new(),
+            errors: HashMap::new(),
+            latency: Histogram::new(latency_bounds),
+            overlap: Histogram::new(overlap_bounds),
+        }
+    }
+}
+
+/// One line of the decision log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecisionRecord {
+    /// Unix time, seconds.
+    pub at: f64,
+    pub request_id: String,
+    pub decode_worker: u64,
+    pub prefill_worker: Option<u64>,
+    pub blocks: u64,
+    pub overlap: u64,
+    pub ttft_ms: f64,
+    pub reason: String,
+    pub micros: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_on_a_bound_counts_in_that_bucket() {
+        let mut h = Histogram::new(vec![0.0, 0.5, 1.0]);
+        for v in [0.0, 0.2, 0.5, 1.0, 3.0] {
+            h.observe(v);
+        }
+        assert_eq!(h.counts, vec![1, 2, 1, 1]);
+        assert_eq!(h.sum, 4.7);
+    }
+}
