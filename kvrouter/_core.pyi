@@ -239,8 +239,6 @@ class WireRouter:
         """(decisions as (worker, "decode" | "prefill", count), errors as
         (code, count), latency and overlap histograms as (bucket counts with
         +Inf last, sum))."""
-    def take_decisions(
-        self,
-    ) -> list[tuple[float, str, int, int | None, int, int, float, str, float]]:
-        """Decision-log records since the last call: (unix time, request_id,
-        decode_worker, prefill_worker, blocks, overlap, ttft_ms, reason, µs)."""
+    def take_decision_lines(self) -> str:
+        """The decision-log lines (JSON, each ending in a newline) for the
+        decisions made since the last call."""

@@ -1,9 +1,11 @@
 """The decision log: one line per routing decision, keyed by request id, in
 the same shape as the other structured logs (logger "kvrouter.decisions").
 
-The Rust core keeps a record of each decision as it makes it; they are
-read, formatted and written in one go every `FLUSH_INTERVAL_S` (and at
-shutdown): a logging call per decision would cost more than the decision.
+The Rust core keeps a record of each decision as it makes it and writes them
+out as JSON lines on request; every `FLUSH_INTERVAL_S` (and at shutdown)
+they are written in one go. A logging call per decision, or formatting the
+lines in Python, would stall the event loop long enough to show in the
+routing latency's tail.
 """
 
 from __future__ import annotations
@@ -11,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
 from collections.abc import Callable
 
 from kvrouter.service.logs import TextFormatter
 
 FLUSH_INTERVAL_S = 0.05
-FIELDS = (
+TEXT_FIELDS = (
     "request_id",
     "decode_worker",
     "prefill_worker",
@@ -30,62 +31,40 @@ FIELDS = (
 )
 
 
-_JSON_LINE = (
-    '{"ts":%.6f,"level":"info","logger":"kvrouter.decisions","msg":"routed",'
-    '"request_id":%s,"decode_worker":%d,"prefill_worker":%s,"blocks":%d,"overlap":%d,'
-    '"ttft_ms":%s,"reason":%s,"us":%s}'
-)
-_string = json.encoder.encode_basestring_ascii
-
-
-def _number(value: float) -> str:
-    return repr(value) if math.isfinite(value) else "null"
+def text_line(json_line: str) -> str:
+    """A JSON decision line as the text log format shows it."""
+    record = json.loads(json_line)
+    stamp = time.strftime("%H:%M:%S", time.localtime(record["ts"]))
+    fields = " ".join(f"{k}={record[k]}" for k in TEXT_FIELDS)
+    return f"{stamp} I kvrouter.decisions: routed {fields}\n"
 
 
 class DecisionLog:
     def __init__(self, enabled: bool) -> None:
         self.logger = logging.getLogger("kvrouter.decisions")
         self.enabled = enabled and self.logger.isEnabledFor(logging.INFO)
-        self._take: Callable[[], list[tuple]] = list
+        self._take: Callable[[], str] = str
 
-    def read_from(self, take: Callable[[], list[tuple]]) -> None:
-        """`take()` returns the records made since its last call, each the
-        time and the values in FIELDS order."""
+    def read_from(self, take: Callable[[], str]) -> None:
+        """`take()` returns the JSON lines of the decisions made since its
+        last call, each ending in a newline."""
         self._take = take
 
     def flush(self) -> None:
-        pending = self._take()
-        if not pending:
+        lines = self._take()
+        if not lines:
             return
         for handler in logging.getLogger("kvrouter").handlers:
-            text = isinstance(handler.formatter, TextFormatter)
-            lines = [self._format(ts, values, text) for ts, *values in pending]
             stream = getattr(handler, "stream", None)
-            if stream is not None:
-                with handler.lock:
-                    stream.write("\n".join(lines) + "\n")
-                    stream.flush()
-
-    @staticmethod
-    def _format(ts: float, values: tuple, text: bool) -> str:
-        if text:
-            stamp = time.strftime("%H:%M:%S", time.localtime(ts))
-            fields = " ".join(f"{k}={v}" for k, v in zip(FIELDS, values, strict=True))
-            return f"{stamp} I kvrouter.decisions: routed {fields}"
-        request_id, decode, prefill, blocks, overlap, ttft_ms, reason, us = values
-        # The fixed shape is spelled out: json.dumps of a dict per line costs
-        # several times more, and only the strings need escaping.
-        return _JSON_LINE % (
-            ts,
-            _string(request_id),
-            decode,
-            "null" if prefill is None else prefill,
-            blocks,
-            overlap,
-            _number(ttft_ms),
-            _string(reason),
-            _number(us),
-        )
+            if stream is None:
+                continue
+            if isinstance(handler.formatter, TextFormatter):
+                text = "".join(map(text_line, lines.splitlines()))
+            else:
+                text = lines
+            with handler.lock:
+                stream.write(text)
+                stream.flush()
 
     async def run(self) -> None:
         while True:

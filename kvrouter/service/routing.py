@@ -53,7 +53,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
             overlap_buckets=RATIO_BUCKETS,
             log_decisions=self.decision_log.enabled,
         )
-        self.decision_log.read_from(self.wire.take_decisions)
+        self.decision_log.read_from(self.wire.take_decision_lines)
         metrics.routing.read_from(self.wire.stats)
         workers.add_directory(self.wire)
         self._clock = router.clock

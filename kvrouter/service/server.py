@@ -9,6 +9,7 @@ are closed (their clients reconnect elsewhere), in-flight unary calls get
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -226,6 +227,11 @@ async def serve(config: ServiceConfig) -> None:
     """Runs a router until SIGTERM or SIGINT, then drains it."""
     server = RouterServer(config)
     await server.start()
+    # What exists now (modules, the restored index's Python side, gRPC) lives
+    # as long as the process: taking it out of the cyclic collector turns a
+    # full collection, a several-ms stall of every call in flight, into
+    # microseconds.
+    gc.freeze()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop()))

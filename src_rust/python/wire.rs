@@ -49,10 +49,6 @@ type StatsRow = (
     HistogramRow,
 );
 
-/// (unix time, request id, decode worker, prefill worker or None, blocks,
-///  overlap, predicted TTFT ms, reason, µs to decide)
-type RecordRow = (f64, String, u64, Option<u64>, u64, u64, f64, String, f64);
-
 #[pyclass(name = "WireRouter", module = "kvrouter._core", frozen)]
 pub struct PyWireRouter {
     core: Py<PyRoutingCore>,
@@ -265,28 +261,14 @@ impl PyWireRouter {
         )
     }
 
-    /// The decision-log records made since the last call (none when the
-    /// log is off).
-    fn take_decisions(&self) -> Vec<RecordRow> {
+    /// The decision-log lines (JSON, each ending in a newline) for the
+    /// decisions made since the last call; empty when the log is off.
+    fn take_decision_lines(&self, py: Python<'_>) -> String {
         let Some(log) = &self.decisions else {
-            return Vec::new();
+            return String::new();
         };
-        std::mem::take(&mut *log.lock())
-            .into_iter()
-            .map(|r| {
-                (
-                    r.at,
-                    r.request_id,
-                    r.decode_worker,
-                    r.prefill_worker,
-                    r.blocks,
-                    r.overlap,
-                    r.ttft_ms,
-                    r.reason,
-                    r.micros,
-                )
-            })
-            .collect()
+        let records = std::mem::take(&mut *log.lock());
+        py.detach(|| wire::json_lines(&records))
     }
 }
 

@@ -8,7 +8,7 @@ mod stats;
 
 pub use messages::{Candidate, Explanation, RouteError, RouteRequest, RouteResponse};
 pub use route::{check_namespace, parse, Code, Directory, Limits, Refusal, Routable};
-pub use stats::{BookedAs, DecisionRecord, Histogram, RouteStats};
+pub use stats::{json_lines, BookedAs, DecisionRecord, Histogram, RouteStats};
 
 #[cfg(test)]
 mod tests;

@@ -82,6 +82,48 @@ pub struct DecisionRecord {
     pub micros: f64,
 }
 
+/// A decision-log line, in the shape of the service's other JSON logs.
+#[derive(serde::Serialize)]
+struct DecisionLine<'a> {
+    ts: f64,
+    level: &'static str,
+    logger: &'static str,
+    msg: &'static str,
+    request_id: &'a str,
+    decode_worker: u64,
+    prefill_worker: Option<u64>,
+    blocks: u64,
+    overlap: u64,
+    /// Non-finite numbers are written as null.
+    ttft_ms: f64,
+    reason: &'a str,
+    us: f64,
+}
+
+/// The records as JSON lines, each ending in a newline.
+pub fn json_lines(records: &[DecisionRecord]) -> String {
+    let mut out = Vec::with_capacity(records.len() * 256);
+    for r in records {
+        let line = DecisionLine {
+            ts: r.at,
+            level: "info",
+            logger: "kvrouter.decisions",
+            msg: "routed",
+            request_id: &r.request_id,
+            decode_worker: r.decode_worker,
+            prefill_worker: r.prefill_worker,
+            blocks: r.blocks,
+            overlap: r.overlap,
+            ttft_ms: r.ttft_ms,
+            reason: &r.reason,
+            us: r.micros,
+        };
+        serde_json::to_writer(&mut out, &line).expect("a decision line serializes");
+        out.push(b'\n');
+    }
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +136,38 @@ mod tests {
         }
         assert_eq!(h.counts, vec![1, 2, 1, 1]);
         assert_eq!(h.sum, 4.7);
+    }
+
+    #[test]
+    fn decision_lines_are_json_with_null_for_non_finite_numbers() {
+        let record = DecisionRecord {
+            at: 1.5,
+            request_id: "r\"1\u{e9}\n".into(),
+            decode_worker: 3,
+            prefill_worker: None,
+            blocks: 10,
+            overlap: 5,
+            ttft_ms: f64::INFINITY,
+            reason: "tie".into(),
+            micros: 12.5,
+        };
+        let text = json_lines(&[
+            record.clone(),
+            DecisionRecord {
+                prefill_worker: Some(7),
+                ..record
+            },
+        ]);
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["request_id"], "r\"1\u{e9}\n");
+        assert_eq!(lines[0]["ttft_ms"], serde_json::Value::Null);
+        assert_eq!(lines[0]["prefill_worker"], serde_json::Value::Null);
+        assert_eq!(lines[1]["prefill_worker"], 7);
+        assert_eq!(lines[0]["msg"], "routed");
+        assert!(text.ends_with('\n'));
     }
 }
