@@ -19,9 +19,8 @@ CACHED = list(range(40))
 WORKERS = {1: "decode", 2: "decode", 3: "prefill", 4: "prefill"}
 
 
-def deployment(config: PolicyConfig) -> tuple[Router, WireRouter]:
-    router = Router(PrefixIndex(BS), config)
-    wire = WireRouter(
+def wire_router(router: Router, *, log_decisions: bool = True) -> WireRouter:
+    return WireRouter(
         router.core,
         router.index,
         id_prefix="t",
@@ -31,8 +30,13 @@ def deployment(config: PolicyConfig) -> tuple[Router, WireRouter]:
         approximate_ttl_s=0.0,
         latency_buckets=LATENCY_BUCKETS,
         overlap_buckets=RATIO_BUCKETS,
-        log_decisions=True,
+        log_decisions=log_decisions,
     )
+
+
+def deployment(config: PolicyConfig) -> tuple[Router, WireRouter]:
+    router = Router(PrefixIndex(BS), config)
+    wire = wire_router(router)
     for worker, role in WORKERS.items():
         router.upsert_worker(worker, role, 10_000)
         wire.set_worker(worker, role, f"10.0.0.{worker}:9000")
@@ -115,18 +119,7 @@ def test_refusals_leave_the_book_and_index_alone_and_are_counted():
 
 def test_no_worker_is_unavailable():
     router = Router(PrefixIndex(BS))
-    wire = WireRouter(
-        router.core,
-        router.index,
-        id_prefix="t",
-        max_prompt_tokens=10,
-        max_namespace_chars=4,
-        max_request_id_chars=8,
-        approximate_ttl_s=0.0,
-        latency_buckets=LATENCY_BUCKETS,
-        overlap_buckets=RATIO_BUCKETS,
-        log_decisions=False,
-    )
+    wire = wire_router(router, log_decisions=False)
     with pytest.raises(RouteRefused) as refused:
         wire.route(pb.RouteRequest(tokens=[1, 2]).SerializeToString(), 0.0)
     assert refused.value.args[0] == "UNAVAILABLE"
