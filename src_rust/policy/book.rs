@@ -31,9 +31,15 @@ pub struct LoadBook {
     bookings: HashMap<String, Booking>,
     per_worker: HashMap<WorkerId, Booked>,
     /// Routing order, for expiry: (time, request id). Entries whose request
-    /// already left the book are skipped when reached.
+    /// already left the book are skipped when reached, and swept out once
+    /// they outnumber the live ones, so the queue follows the requests in
+    /// flight rather than the routing rate times `stale_after`.
     order: VecDeque<(u64, String)>,
 }
+
+/// Finished entries the expiry queue may hold beyond the live bookings
+/// before it is swept.
+const ORDER_SLACK: usize = 1024;
 
 impl LoadBook {
     pub fn booked(&self, worker: WorkerId) -> Booked {
@@ -58,6 +64,11 @@ impl LoadBook {
         let decode = self.per_worker.entry(booking.decode_worker).or_default();
         decode.decode_blocks += booking.decode_blocks;
         decode.requests += 1;
+        if self.order.len() > 2 * self.bookings.len() + ORDER_SLACK {
+            let bookings = &self.bookings;
+            self.order
+                .retain(|(at, id)| bookings.get(id).is_some_and(|b| b.at_ms == *at));
+        }
         self.order.push_back((booking.at_ms, request_id.clone()));
         self.bookings.insert(request_id, booking);
     }
@@ -184,6 +195,24 @@ mod tests {
         assert_eq!(book.expire(25), 1);
         assert!(!book.contains("old") && book.contains("new"));
         assert_eq!(book.booked(WorkerId(1)).requests, 1);
+    }
+
+    #[test]
+    fn the_expiry_queue_follows_the_requests_in_flight() {
+        let mut book = LoadBook::default();
+        book.charge("kept".into(), booking(1, 1, 0));
+        for n in 0..100_000 {
+            let id = format!("r{n}");
+            book.charge(id.clone(), booking(1, 1, n));
+            book.release(&id);
+        }
+        assert!(
+            book.order.len() <= 2 + ORDER_SLACK + 1,
+            "{}",
+            book.order.len()
+        );
+        assert_eq!(book.expire(1), 1, "the live booking still expires");
+        assert!(book.is_empty());
     }
 
     #[test]
