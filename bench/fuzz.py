@@ -6,11 +6,11 @@ refused with a clear error, and a refusal leaves the state as it was):
 
   * hypothesis: the tests in tests/fuzz with KVROUTER_FUZZ_EXAMPLES inputs
     per test (structure-aware: near-valid batches, wild field types);
-  * mutation: valid payloads (a vLLM msgpack batch, a protobuf EventBatch)
-    with random byte flips, insertions, deletions and truncations, fed
+  * mutation: valid payloads (a vLLM msgpack batch, a protobuf EventBatch,
+    a RouteRequest as the core parses it) with random byte flips, insertions, deletions and truncations, fed
     through the same checks at a far higher rate.
 
-    .venv/bin/python bench/fuzz.py                       # ~20k + 200k inputs
+    .venv/bin/python bench/fuzz.py                       # ~20k + 300k inputs
     .venv/bin/python bench/fuzz.py --examples 300 --mutations 5000   # smoke
 """
 
@@ -101,6 +101,20 @@ def protobuf_check(data: bytes) -> None:
     expect_accepted_or_invalid(state, lambda: state.events._apply(WORKER, batch))
 
 
+def route_seed() -> bytes:
+    tokens = b"".join(t.to_bytes(4, "little") for t in range(3 * BLOCK))
+    return pb.RouteRequest(
+        request_id="r1", tokens_u32le=tokens, namespace="m", explain=True
+    ).SerializeToString()
+
+
+def route_check(data: bytes) -> None:
+    """The Route path parses the bytes in the core: no exception but a
+    clear refusal, and a refusal changes nothing."""
+    state = ServiceState()
+    expect_accepted_or_invalid(state, lambda: state.routing.decide(data))
+
+
 def mutation_run(check, seed: bytes, count: int, rng: random.Random) -> float:
     started = time.perf_counter()
     for _ in range(count):
@@ -123,6 +137,7 @@ def main() -> None:
     for name, check, seed in (
         ("mutation vLLM msgpack", check_payload, vllm_seed()),
         ("mutation protobuf EventBatch", protobuf_check, protobuf_seed()),
+        ("mutation RouteRequest (parsed in the core)", route_check, route_seed()),
     ):
         mutation_run(check, seed, args.mutations, rng)
         rows[name] = args.mutations
