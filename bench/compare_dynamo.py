@@ -27,7 +27,7 @@ from pathlib import Path
 os.environ.setdefault("DYN_LOG", "warn")
 
 from kvrouter.replay import ReplayConfig, load_mooncake, replay  # noqa: E402
-from kvrouter.replay.floor import any_router_floor  # noqa: E402
+from kvrouter.replay.floor import any_router_floor, pooled_lru_reference  # noqa: E402
 from kvrouter.replay.trace import TraceRequest, write_mooncake  # noqa: E402
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "synthetic_trace.jsonl"
@@ -67,9 +67,9 @@ def ours(trace: list[TraceRequest], policy: str, workers: int) -> dict:
     }
 
 
-def floor(trace: list[TraceRequest], workers: int) -> dict:
+def reference(trace: list[TraceRequest], workers: int, compute=any_router_floor) -> dict:
     start = time.perf_counter()
-    r = any_router_floor(trace, ReplayConfig(num_workers=workers))
+    r = compute(trace, ReplayConfig(num_workers=workers))
     return {
         "reuse": r["prefix_reuse_ratio"],
         "ttft_mean": r["ttft_ms"]["mean"],
@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             row["dynamo_kv_router"] = dynamo(args.trace, "kv_router", workers, speed)
             for policy in ("round_robin", "dynamo", "kvrouter"):
                 row[f"ours_{policy}"] = ours(trace, policy, workers)
-            row["any_router_floor"] = floor(trace, workers)
+            row["any_router_floor"] = reference(trace, workers)
+            row["pooled_lru_alone"] = reference(trace, workers, pooled_lru_reference)
             rows.append(row)
             print_row(row)
     wall = wall_check(args.trace)
@@ -158,7 +159,7 @@ def print_row(row: dict) -> None:
     print(f"\n{row['workers']} workers, {row['speed']:g}x arrival speed")
     print(f"  {'router':<22} {'reuse':>7} {'TTFT mean':>10} {'TTFT p99':>9} {'wall s':>7}")
     for name in ("dynamo_round_robin", "dynamo_kv_router", "ours_round_robin", "ours_dynamo",
-                 "ours_kvrouter", "any_router_floor"):  # fmt: skip
+                 "ours_kvrouter", "pooled_lru_alone", "any_router_floor"):  # fmt: skip
         r = row[name]
         print(f"  {name:<22} {r['reuse']:>7.1%} {r['ttft_mean']:>10.1f} {r['ttft_p99']:>9.1f} "
               f"{r['wall_s']:>7.2f}")  # fmt: skip
@@ -173,12 +174,15 @@ def print_summary(report: dict) -> None:
               f"TTFT mean x{t['ttft_mean_ratio']:.2f}, p99 x{t['ttft_p99_ratio']:.2f} "
               f"(target <= 0.80; floor x{t['floor_ttft_mean_ratio']:.2f}, "
               f"x{t['floor_ttft_p99_ratio']:.2f})")  # fmt: skip
-    print("kvrouter, its TTFT with each prefill alone (same hits), the floor: mean / p99")
+    print("kvrouter, its TTFT with each prefill alone (same hits), one pooled LRU cache"
+          " with each prefill alone, the floor: mean / p99")  # fmt: skip
     for row in report["rows"]:
-        mine, lowest = row["ours_kvrouter"], row["any_router_floor"]
+        mine, pooled = row["ours_kvrouter"], row["pooled_lru_alone"]
+        lowest = row["any_router_floor"]
         print(f"  {row['workers']}w@{row['speed']:g}x".ljust(12)
               + f"{mine['ttft_mean']:.1f} / {mine['ttft_p99']:.1f}, "
               f"alone {mine['ttft_alone_mean']:.1f} / {mine['ttft_alone_p99']:.1f}, "
+              f"pooled LRU {pooled['ttft_mean']:.1f} / {pooled['ttft_p99']:.1f}, "
               f"floor {lowest['ttft_mean']:.1f} / {lowest['ttft_p99']:.1f}")  # fmt: skip
     w = report["wall_12k"]
     print(f"  wall, {w['requests']} requests: Dynamo {w['dynamo_s']:.2f} s, "

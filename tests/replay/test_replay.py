@@ -8,7 +8,12 @@ import pytest
 
 from kvrouter.replay import ReplayConfig, TimingModel, load_mooncake, replay
 from kvrouter.replay.cache import BlockCache
-from kvrouter.replay.floor import any_router_floor, floor_per_request
+from kvrouter.replay.floor import (
+    any_router_floor,
+    floor_per_request,
+    pooled_lru_per_request,
+    pooled_lru_reference,
+)
 from kvrouter.replay.synthetic import WorkloadShape, generate
 from kvrouter.replay.trace import TraceRequest, engine_blocks, write_mooncake
 
@@ -110,6 +115,19 @@ def test_floor_is_reached_when_nothing_contends(trace):
     floor = any_router_floor(spaced, cfg)
     assert measured["prefix_reuse_ratio"] == pytest.approx(floor["prefix_reuse_ratio"])
     assert measured["ttft_samples_ms"] == pytest.approx(floor["ttft_samples_ms"])
+
+
+def test_pooled_lru_sits_between_the_floor_and_a_small_cache(trace):
+    tight = ReplayConfig(num_workers=4, capacity_blocks=64)
+    roomy = ReplayConfig(num_workers=4, capacity_blocks=1 << 20)
+    pairs = zip(floor_per_request(trace, tight), pooled_lru_per_request(trace, tight), strict=True)
+    assert all(lowest <= pooled + 1e-9 for (lowest, _), (pooled, _) in pairs)
+
+    def reuse(cfg):
+        return pooled_lru_reference(trace, cfg)["prefix_reuse_ratio"]
+
+    floor_reuse = any_router_floor(trace, tight)["prefix_reuse_ratio"]
+    assert reuse(tight) < reuse(roomy) == pytest.approx(floor_reuse)
 
 
 def test_lone_prefill_runs_one_iteration_per_chunk():
