@@ -7,8 +7,9 @@ refused with a clear error, and a refusal leaves the state as it was):
   * hypothesis: the tests in tests/fuzz with KVROUTER_FUZZ_EXAMPLES inputs
     per test (structure-aware: near-valid batches, wild field types);
   * mutation: valid payloads (a vLLM msgpack batch, a protobuf EventBatch,
-    a RouteRequest as the core parses it) with random byte flips, insertions, deletions and truncations, fed
-    through the same checks at a far higher rate.
+    a RouteRequest as the core parses it) with random byte flips,
+    insertions, deletions and truncations, fed through the same checks at a
+    far higher rate.
 
     .venv/bin/python bench/fuzz.py                       # ~20k + 300k inputs
     .venv/bin/python bench/fuzz.py --examples 300 --mutations 5000   # smoke
