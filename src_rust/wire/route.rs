@@ -47,7 +47,8 @@ impl From<RouteError> for Refusal {
         let code = match error {
             RouteError::DuplicateRequest(_) => Code::InvalidArgument,
             RouteError::NoWorker { .. } => Code::Unavailable,
-            // A worker left between lookup and booking: the router's fault.
+            // Raised by registry calls, never by routing: reaching it here
+            // would be the router's fault.
             RouteError::UnknownWorker(_) => Code::Internal,
         };
         Refusal {
