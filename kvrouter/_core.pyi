@@ -196,6 +196,11 @@ class RouteRefused(Exception):
     """A routing request the router turns down. args: (code, message,
     request_id), the code as grpc.StatusCode names it."""
 
+def prompt_length(tokens: int, packed_bytes: int, max_tokens: int) -> int:
+    """The prompt's token count from its `tokens` count and `tokens_u32le`
+    byte length; ValueError unless exactly one is set, whole and within
+    `max_tokens`."""
+
 def check_namespace(namespace: str, max_chars: int) -> None:
     """Raises ValueError unless the namespace is printable and at most
     `max_chars` characters long."""

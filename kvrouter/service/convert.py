@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvrouter._core import Cleared, Removed, Stored, Tier
+from kvrouter._core import Cleared, Removed, Stored, Tier, prompt_length
 from kvrouter._core import check_namespace as core_check_namespace
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.service.errors import invalid
@@ -13,21 +13,14 @@ ROLE_VALUES = {name: value for value, name in ROLE_NAMES.items()}
 
 
 def prompt_tokens(request, max_tokens: int) -> bytes | list[int]:
-    """The prompt of a RouteRequest/GenerateRequest: the packed little-endian
-    bytes as they arrived (the core reads them in place), or a list."""
+    """The prompt of a GenerateRequest: the packed little-endian bytes as
+    they arrived (the core reads them in place), or a list. Checked by the
+    rule the routing path applies in the core."""
     packed = request.tokens_u32le
-    if packed:
-        if len(request.tokens):
-            raise invalid("set only one of tokens and tokens_u32le")
-        if len(packed) % 4:
-            raise invalid(f"tokens_u32le has {len(packed)} bytes, not a multiple of 4")
-        count = len(packed) // 4
-    else:
-        count = len(request.tokens)
-    if count == 0:
-        raise invalid("the prompt is empty")
-    if count > max_tokens:
-        raise invalid(f"the prompt has {count} tokens; this router accepts at most {max_tokens}")
+    try:
+        prompt_length(len(request.tokens), len(packed), max_tokens)
+    except ValueError as e:
+        raise invalid(str(e)) from None
     return packed if packed else list(request.tokens)
 
 

@@ -27,6 +27,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<policy::PyRoutingCore>()?;
     m.add_class::<wire::PyWireRouter>()?;
     m.add_function(wrap_pyfunction!(wire::check_namespace, m)?)?;
+    m.add_function(wrap_pyfunction!(wire::prompt_length, m)?)?;
     m.add("RouteRefused", m.py().get_type::<wire::RouteRefused>())?;
     m.add(
         "NoWorkerAvailable",

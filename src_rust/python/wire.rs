@@ -272,6 +272,14 @@ impl PyWireRouter {
     }
 }
 
+/// The prompt's token count from its `tokens` count and `tokens_u32le`
+/// byte length; ValueError unless exactly one is set, whole and within
+/// `max_tokens`.
+#[pyfunction]
+pub fn prompt_length(tokens: usize, packed_bytes: usize, max_tokens: usize) -> PyResult<usize> {
+    wire::prompt_length(tokens, packed_bytes, max_tokens).map_err(PyValueError::new_err)
+}
+
 /// Raises ValueError unless the namespace is printable and at most
 /// `max_chars` characters long.
 #[pyfunction]

@@ -7,7 +7,9 @@ mod route;
 mod stats;
 
 pub use messages::{Candidate, Explanation, RouteError, RouteRequest, RouteResponse};
-pub use route::{check_namespace, parse, Code, Directory, Limits, Refusal, Routable};
+pub use route::{
+    check_namespace, parse, prompt_length, Code, Directory, Limits, Refusal, Routable,
+};
 pub use stats::{json_lines, BookedAs, DecisionRecord, Histogram, RouteStats};
 
 #[cfg(test)]

@@ -88,52 +88,59 @@ pub fn parse(bytes: &[u8], limits: &Limits) -> Result<Routable, (String, Refusal
 }
 
 fn check(request: RouteRequest, limits: &Limits) -> Result<Routable, (String, Refusal)> {
-    let RouteRequest {
-        request_id,
-        tokens,
-        tokens_u32le,
-        namespace,
-        explain,
-    } = request;
-    let checked = prompt(tokens, &tokens_u32le, limits.max_prompt_tokens)
-        .and_then(|tokens| {
-            check_namespace(&namespace, limits.max_namespace_chars)?;
-            Ok(tokens)
-        })
-        .and_then(|tokens| {
-            if request_id.chars().count() > limits.max_request_id_chars {
-                return Err(format!(
-                    "request_id is longer than {} characters",
-                    limits.max_request_id_chars
-                ));
-            }
-            Ok(tokens)
-        });
-    match checked {
-        Ok(tokens) => Ok(Routable {
-            request_id,
-            tokens,
-            namespace,
-            explain,
-        }),
-        Err(message) => Err((request_id, Refusal::invalid(message))),
+    let refuse = |message: String| (request.request_id.clone(), Refusal::invalid(message));
+    prompt_length(
+        request.tokens.len(),
+        request.tokens_u32le.len(),
+        limits.max_prompt_tokens,
+    )
+    .map_err(refuse)?;
+    check_namespace(&request.namespace, limits.max_namespace_chars).map_err(refuse)?;
+    if request.request_id.chars().count() > limits.max_request_id_chars {
+        return Err(refuse(format!(
+            "request_id is longer than {} characters",
+            limits.max_request_id_chars
+        )));
     }
+    Ok(Routable {
+        tokens: prompt_tokens(request.tokens, &request.tokens_u32le),
+        request_id: request.request_id,
+        namespace: request.namespace,
+        explain: request.explain,
+    })
 }
 
-fn prompt(tokens: Vec<u32>, packed: &[u8], max_tokens: usize) -> Result<Vec<u32>, String> {
-    if !packed.is_empty() && !tokens.is_empty() {
+/// The prompt as token ids, from whichever field carries it.
+fn prompt_tokens(tokens: Vec<u32>, packed: &[u8]) -> Vec<u32> {
+    if packed.is_empty() {
+        return tokens;
+    }
+    packed
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// The prompt's token count, given its `tokens` count and its
+/// `tokens_u32le` byte length, if exactly one is set, whole and within
+/// `max_tokens`.
+pub fn prompt_length(
+    tokens: usize,
+    packed_bytes: usize,
+    max_tokens: usize,
+) -> Result<usize, String> {
+    if packed_bytes > 0 && tokens > 0 {
         return Err("set only one of tokens and tokens_u32le".into());
     }
-    if !packed.len().is_multiple_of(4) {
+    if !packed_bytes.is_multiple_of(4) {
         return Err(format!(
-            "tokens_u32le has {} bytes, not a multiple of 4",
-            packed.len()
+            "tokens_u32le has {packed_bytes} bytes, not a multiple of 4"
         ));
     }
-    let count = if packed.is_empty() {
-        tokens.len()
+    let count = if packed_bytes > 0 {
+        packed_bytes / 4
     } else {
-        packed.len() / 4
+        tokens
     };
     if count == 0 {
         return Err("the prompt is empty".into());
@@ -143,13 +150,7 @@ fn prompt(tokens: Vec<u32>, packed: &[u8], max_tokens: usize) -> Result<Vec<u32>
             "the prompt has {count} tokens; this router accepts at most {max_tokens}"
         ));
     }
-    if packed.is_empty() {
-        return Ok(tokens);
-    }
-    Ok(packed
-        .chunks_exact(4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect())
+    Ok(count)
 }
 
 /// A namespace is printable and at most `max_chars` characters long.
