@@ -124,9 +124,10 @@ class NoWorkerAvailable(RuntimeError):
     """No healthy worker can take the request (none registered, all
     unhealthy, or none with room for the prompt)."""
 
-# (worker, device, host, disk, queue_ms, prefill_ms, reload_ms, decode_ms,
-#  transfer_ms, overflow_ms, active_requests, overloaded)
-CandidateRow = tuple[int, int, int, int, float, float, float, float, float, float, int, bool]
+# (worker, device, host, disk, (queue_ms, prefill_ms, reload_ms, decode_ms,
+#  transfer_ms, overflow_ms, congestion_ms), active_requests, overloaded)
+CostRow = tuple[float, float, float, float, float, float, float]
+CandidateRow = tuple[int, int, int, int, CostRow, int, bool]
 
 class RoutingCore:
     """The routing policy's scoring and load book (see kvrouter.policy.Router)."""
@@ -152,6 +153,7 @@ class RoutingCore:
         local_prefill_max_tokens: int,
         prefill_saturation_ms: float,
         stale_after_s: float,
+        congestion_weight: float,
     ) -> None: ...
     def upsert_worker(self, worker_id: int, role: str, capacity_blocks: int) -> None: ...
     def remove_worker(self, worker_id: int) -> list[str]:

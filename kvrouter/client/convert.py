@@ -63,6 +63,7 @@ def _candidate(c: pb.Candidate) -> Candidate:
         c.decode_ms,
         c.transfer_ms,
         c.overflow_ms,
+        c.congestion_ms,
         c.active_requests,
         c.overloaded,
     )

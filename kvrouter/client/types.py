@@ -23,6 +23,7 @@ class Candidate:
     decode_ms: float
     transfer_ms: float
     overflow_ms: float
+    congestion_ms: float
     active_requests: int
     overloaded: bool
 

@@ -129,6 +129,8 @@ class LLMEngine:
                 f"({self.block_manager.num_blocks} of {self.config.block_size} tokens)"
             )
         seq = Sequence(request_id, tokens, params)
+        hits = self.block_manager.prefix_hits(seq)
+        seq.num_cached_on_arrival = len(hits) * self.config.block_size
         self.requests[request_id] = seq
         self.scheduler.add(seq)
         return request_id
@@ -210,7 +212,10 @@ class LLMEngine:
         return EngineLoad(
             num_waiting=len(waiting),
             num_running=len(running),
-            waiting_prefill_tokens=sum(seq.num_tokens - seq.num_computed_tokens for seq in waiting),
+            waiting_prefill_tokens=sum(
+                seq.num_tokens - max(seq.num_computed_tokens, seq.num_cached_on_arrival)
+                for seq in waiting
+            ),
             running_prefill_tokens=sum(
                 seq.num_tokens - seq.num_computed_tokens - 1 for seq in running
             ),

@@ -70,6 +70,9 @@ class Sequence:
         self.num_computed_tokens = 0
         # Prompt tokens served from the prefix cache at first admission.
         self.num_cached_tokens = 0
+        # Prompt tokens the prefix cache held when it arrived; the load report
+        # does not count them as waiting work.
+        self.num_cached_on_arrival = 0
         self.num_preemptions = 0
         self.finish_reason: str | None = None
         self.timings = RequestTimings()

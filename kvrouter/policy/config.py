@@ -39,6 +39,10 @@ class PolicyConfig:
     # Skip a worker holding more than this many times the pool's mean active
     # requests (plus one) while another worker is not; 0 disables.
     overload_factor: float = 0.0
+    # Weight of the delay a placement's wasted prefill (over the best-cached
+    # worker) passes on to the requests queued behind it; 0 prices only the
+    # request's own TTFT. See docs/routing.md.
+    congestion_weight: float = 1.0
     seed: int = 0
 
     # -- disaggregation (used only when prefill-role workers exist)

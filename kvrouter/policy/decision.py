@@ -27,6 +27,9 @@ class CandidateCost:
     transfer_ms: float
     # Blocks the request would push out of a full cache, priced as prefill.
     overflow_ms: float
+    # The delay its extra prefill (over the best-cached candidate) passes on
+    # to the requests queued behind it.
+    congestion_ms: float
     active_requests: int
     # Skipped because it carried more than its share of the pool's requests.
     overloaded: bool
@@ -44,10 +47,17 @@ class CandidateCost:
             + self.decode_ms
             + self.transfer_ms
             + self.overflow_ms
+            + self.congestion_ms
         )
 
     def to_dict(self) -> dict:
         return {**asdict(self), "overlap": self.overlap, "cost_ms": self.cost_ms}
+
+    @classmethod
+    def from_row(cls, row: tuple) -> CandidateCost:
+        """From the core's `CandidateRow`."""
+        worker, device, host, disk, costs, active, overloaded = row
+        return cls(worker, device, host, disk, *costs, active, overloaded)
 
 
 class Explanation:
@@ -95,13 +105,13 @@ class Explanation:
     def _find(self, candidates: Sequence, worker_id: int | None) -> CandidateCost | None:
         for candidate in candidates:
             if candidate[0] == worker_id if self._raw else candidate.worker_id == worker_id:
-                return CandidateCost(*candidate) if self._raw else candidate
+                return CandidateCost.from_row(candidate) if self._raw else candidate
         return None
 
     def _build(self) -> None:
         if self._raw:
-            self._decode = [CandidateCost(*row) for row in self._decode]
-            self._prefill = [CandidateCost(*row) for row in self._prefill]
+            self._decode = [CandidateCost.from_row(row) for row in self._decode]
+            self._prefill = [CandidateCost.from_row(row) for row in self._prefill]
             self._raw = False
 
     def to_dict(self) -> dict:

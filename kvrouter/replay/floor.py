@@ -2,21 +2,19 @@
 beat in this simulator, whatever the worker count, capacity or arrival speed.
 
 Each request is priced as if it had every block of every earlier request
-cached (one infinite cache shared by all workers) and found its worker idle,
-so its prefill runs alone: `TimingModel.lone_prefill_ms`. Why no placement
-does better, request by request:
+cached (one infinite cache shared by all workers) and its prefill ran in the
+cheapest chunks any schedule could give it: `TimingModel.min_prefill_ms`.
+Why no placement does better, request by request:
 
 - Cache hits. A worker's cache only ever holds blocks of requests admitted
   to it, and a worker admits its queue first come, first served, so a hit
   is a prefix of blocks that earlier requests carried. (Blocks count from
   admission, before they are computed; the floor counts them from arrival.)
-- Compute. The prefill charge of chunks c1, c2, ... after p0 cached tokens
-  sums to `chunk_ms(n, p0)` however the prompt is split, since
-  sum(c·(p + c/2)) = n·(p0 + n/2); it grows with the uncached tokens n.
-- Iterations. No chunk exceeds `max_batched_tokens`, so a prompt needs at
-  least as many iterations as it gets alone, each costing at least
-  `prefill_iteration_ms`. Other chunks in the same iteration, decode KV
-  reads and queueing only add time.
+- Compute. An iteration carrying a chunk of c of the prompt's tokens costs
+  at least `prefill_ms(c)`; other chunks in the same iteration, decode steps
+  and queueing only add time. No chunk exceeds `max_batched_tokens`, and
+  `min_prefill_ms` is the least the chunks' `prefill_ms` can sum to. It
+  grows with the uncached tokens n.
 
 So the floor is below the simulator's TTFT for every request, hence below
 its mean and every percentile.
@@ -45,7 +43,7 @@ def floor_per_request(trace: list[TraceRequest], cfg: ReplayConfig) -> list[tupl
         while hit < len(blocks) and blocks[hit] in seen:
             hit += 1
         cached = hit * cfg.block_size
-        out.append((cfg.timing.lone_prefill_ms(t.input_length, cached), cached))
+        out.append((cfg.timing.min_prefill_ms(t.input_length, cached), cached))
         seen.update(blocks)
     return out
 

@@ -3,45 +3,74 @@ prefill, in the manner of vLLM.
 
 Every iteration runs one decode token for each running request, plus up to
 `max_batched_tokens` minus that many prefill tokens, taken first-come
-first-served. An iteration takes
+first-served. An iteration carrying N prefill tokens while D requests decode
+takes
 
-    (prefill_iteration_ms if it carries prefill tokens else decode_iteration_ms)
-    + prefill_ms_per_token * c + attention_ms_per_token2 * c * (p + c / 2)
-    + decode_ms_per_kv_token * (KV tokens of the running decodes)
+    prefill_ms(N)  = prefill_iteration_ms + prefill_ms_per_token * N
+                     + prefill_ms_per_token2 * N^2            (if N > 0)
+    + decode_ms(x) = decode_iteration_ms + decode_kv_linear_ms * x
+                     + decode_kv_quadratic_ms * x^2           (if D > 0)
 
-for a prefill chunk of c tokens after p tokens already in cache. The defaults
-were fitted to Dynamo's mocker (ai-dynamo-runtime 1.6.1, its default engine)
-on requests that found their worker idle; docs/routing.md has the fit."""
+where x is the share of the KV cache the running decodes read: their context
+tokens (a shared prefix counts once per request) over the cache's size,
+capped at 1. The defaults reproduce Dynamo's mocker (ai-dynamo-runtime
+1.6.1, its default engine); docs/routing.md has the measurements."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class TimingModel:
     max_batched_tokens: int = 8192
-    prefill_iteration_ms: float = 15.3
+    prefill_iteration_ms: float = 16.5
+    prefill_ms_per_token: float = 0.01518
+    prefill_ms_per_token2: float = 4.209e-7
     decode_iteration_ms: float = 5.74
-    prefill_ms_per_token: float = 0.018
-    attention_ms_per_token2: float = 7.1e-9
-    decode_ms_per_kv_token: float = 5.0e-5
+    decode_kv_linear_ms: float = 54.01
+    decode_kv_quadratic_ms: float = -25.74
     # KV transfer from a prefill worker to a decode worker (P/D mode).
     transfer_ms_per_block: float = 0.1
 
-    def chunk_ms(self, chunk: int, prefix: int) -> float:
-        return self.prefill_ms_per_token * chunk + self.attention_ms_per_token2 * chunk * (
-            prefix + chunk / 2
+    def prefill_ms(self, tokens: int) -> float:
+        """An iteration's prefill share, for all its prefill tokens together."""
+        return (
+            self.prefill_iteration_ms
+            + self.prefill_ms_per_token * tokens
+            + self.prefill_ms_per_token2 * tokens * tokens
+        )
+
+    def decode_ms(self, kv_tokens: int, capacity_tokens: int) -> float:
+        """An iteration's decode share, for running requests reading
+        `kv_tokens` of context from a cache of `capacity_tokens`."""
+        x = min(kv_tokens / capacity_tokens, 1.0)
+        return self.decode_iteration_ms + x * (
+            self.decode_kv_linear_ms + self.decode_kv_quadratic_ms * x
         )
 
     def lone_prefill_ms(self, input_tokens: int, cached_tokens: int) -> float:
         """Time to first token of a prompt that finds its worker idle and
-        runs alone: one prefill iteration per `max_batched_tokens` chunk, at
-        least one even when every token is cached."""
-        ms, done = 0.0, cached_tokens
-        while True:
-            chunk = min(self.max_batched_tokens, input_tokens - done)
-            ms += self.prefill_iteration_ms + self.chunk_ms(chunk, done)
-            done += chunk
-            if done >= input_tokens:
-                return ms
+        runs alone: full `max_batched_tokens` chunks, then the rest, and at
+        least one iteration even when every token is cached."""
+        uncached = max(input_tokens - cached_tokens, 0)
+        full, rest = divmod(uncached, self.max_batched_tokens)
+        ms = full * self.prefill_ms(self.max_batched_tokens)
+        return ms + self.prefill_ms(rest) if rest or not full else ms
+
+    def min_prefill_ms(self, input_tokens: int, cached_tokens: int) -> float:
+        """The least time any split of the uncached tokens into chunks of at
+        most `max_batched_tokens` can take: k equal chunks cost
+        k·iteration + per_token·n + per_token2·n²/k, convex in k, so the best
+        k is the allowed one nearest sqrt(per_token2/iteration)·n."""
+        n = max(input_tokens - cached_tokens, 0)
+        fewest = max(-(-n // self.max_batched_tokens), 1)
+        best = n * math.sqrt(self.prefill_ms_per_token2 / self.prefill_iteration_ms)
+        candidates = {fewest, max(math.floor(best), fewest), max(math.ceil(best), fewest)}
+        return min(
+            k * self.prefill_iteration_ms
+            + self.prefill_ms_per_token * n
+            + self.prefill_ms_per_token2 * n * n / k
+            for k in candidates
+        )

@@ -66,6 +66,7 @@ class SimWorker:
         self.block_size = block_size
         self.timing = timing
         self.cache = BlockCache(capacity_blocks)
+        self.capacity_tokens = capacity_blocks * block_size
         self.waiting: deque[SimRequest] = deque()
         self.prefilling: list[SimRequest] = []
         self.running: list[SimRequest] = []
@@ -77,6 +78,9 @@ class SimWorker:
         self._received: list[tuple[int | None, list[int]]] = []
 
     def enqueue(self, request: SimRequest) -> None:
+        # What the engine's prefix cache holds for it on arrival; admission
+        # looks again.
+        request.hit = self.cache.hit_length(request.blocks)
         self.waiting.append(request)
 
     @property
@@ -85,7 +89,8 @@ class SimWorker:
 
     def queued_prefill_tokens(self) -> int:
         pending = sum(r.input_length - r.prefilled for r in self.prefilling)
-        return pending + sum(r.input_length for r in self.waiting if not r.decode_only)
+        waiting = (r for r in self.waiting if not r.decode_only)
+        return pending + sum(r.input_length - r.hit * self.block_size for r in waiting)
 
     def _admit(self) -> None:
         while self.waiting:
@@ -119,13 +124,13 @@ class SimWorker:
             c = min(budget, r.input_length - r.prefilled)
             chunks.append((r, c))
             budget -= c
-        kv = sum(r.kv_tokens for r in self.running)
+        dt_step = t.decode_ms(sum(r.kv_tokens for r in self.running), self.capacity_tokens)
         if chunks:
-            dt = t.prefill_iteration_ms + t.decode_ms_per_kv_token * kv
-            dt += sum(t.chunk_ms(c, r.prefilled) for r, c in chunks)
+            dt = t.prefill_ms(sum(c for _, c in chunks))
+            if self.running:
+                dt += dt_step
             steps = 1
         elif self.running:
-            dt_step = t.decode_iteration_ms + t.decode_ms_per_kv_token * kv
             steps = min(r.remaining for r in self.running)
             if now < horizon < INF:
                 steps = min(steps, max(1, math.ceil((horizon - now) / dt_step)))

@@ -12,7 +12,7 @@ from kvrouter.service.workers import WorkerTable
 
 
 def _candidate(worker_id: int) -> CandidateCost:
-    return CandidateCost(worker_id, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, False)
+    return CandidateCost(worker_id, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, False)
 
 
 class RoundRobinRouter:

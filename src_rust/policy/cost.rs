@@ -66,6 +66,11 @@ pub struct Cost {
     pub transfer_ms: f64,
     /// Blocks the request would push out of a full cache, priced as prefill.
     pub overflow_ms: f64,
+    /// The prefill this worker would compute beyond the best-cached
+    /// candidate, times the requests already queued here that it stands for:
+    /// the delay the wasted work passes on to the requests that queue after
+    /// it. Zero on an idle worker, dominant when every worker is backlogged.
+    pub congestion_ms: f64,
 }
 
 impl Cost {
@@ -76,6 +81,12 @@ impl Cost {
             + self.decode_ms
             + self.transfer_ms
             + self.overflow_ms
+            + self.congestion_ms
+    }
+
+    /// The compute the placement costs the pool.
+    pub fn work_ms(&self) -> f64 {
+        self.prefill_ms + self.reload_ms
     }
 }
 
@@ -122,6 +133,7 @@ impl Coefficients {
             overflow_ms: overflow_blocks as f64
                 * request.block_size as f64
                 * self.prefill_ms_per_token,
+            congestion_ms: 0.0,
         }
     }
 

@@ -67,6 +67,8 @@ pub struct PolicyConfig {
     /// ...or when the least-queued prefill worker has this much queued (ms).
     pub prefill_saturation_ms: f64,
     pub stale_after_ms: u64,
+    /// Scales `Cost::congestion_ms`; 0 prices each request's own TTFT only.
+    pub congestion_weight: f64,
 }
 
 impl Default for PolicyConfig {
@@ -84,6 +86,7 @@ impl Default for PolicyConfig {
             local_prefill_max_tokens: 16_384,
             prefill_saturation_ms: 250.0,
             stale_after_ms: 600_000,
+            congestion_weight: 1.0,
         }
     }
 }
@@ -119,6 +122,9 @@ pub struct Policy {
     calibrator: Calibrator,
     rng: Rng,
     turn: u64,
+    /// Moving average of each request's least prefill work (ms): the size
+    /// of the requests a backlog is made of, for `Cost::congestion_ms`.
+    typical_work_ms: Option<f64>,
 }
 
 impl Policy {
@@ -130,6 +136,7 @@ impl Policy {
             workers: HashMap::new(),
             book: LoadBook::default(),
             turn: 0,
+            typical_work_ms: None,
         }
     }
 
@@ -295,8 +302,27 @@ impl Policy {
             })
             .collect();
         out.sort_by_key(|c| c.worker);
+        if let Some(typical) = self.typical_work_ms {
+            let least = least_work_ms(&out);
+            let weight = self.config.congestion_weight / typical.max(f64::MIN_POSITIVE);
+            for c in out.iter_mut() {
+                c.cost.congestion_ms = weight * (c.cost.work_ms() - least) * c.cost.queue_ms;
+            }
+        }
         self.config.selector.mark_overloaded(&mut out);
         out
+    }
+
+    /// Folds this request's least prefill work into `typical_work_ms`.
+    fn observe_work(&mut self, candidates: &[Candidate]) {
+        if candidates.is_empty() {
+            return;
+        }
+        let least = least_work_ms(candidates);
+        self.typical_work_ms = Some(match self.typical_work_ms {
+            Some(typical) => typical + TYPICAL_WORK_ALPHA * (least - typical),
+            None => least,
+        });
     }
 
     fn pick(&mut self, candidates: &[Candidate]) -> Option<(usize, Pick)> {
@@ -312,6 +338,7 @@ impl Policy {
         overlaps: &[(WorkerId, TierDepths)],
     ) -> Result<Decision, RouteError> {
         let local = self.candidates(request, overlaps, false);
+        self.observe_work(&local);
         let Some((d, how)) = self.pick(&local) else {
             return Err(RouteError::NoWorker {
                 blocks: request.num_blocks,
@@ -379,6 +406,16 @@ impl Policy {
             prefill_candidates: prefill,
         })
     }
+}
+
+/// Weight of each request in `typical_work_ms`.
+const TYPICAL_WORK_ALPHA: f64 = 0.02;
+
+fn least_work_ms(candidates: &[Candidate]) -> f64 {
+    candidates
+        .iter()
+        .map(|c| c.cost.work_ms())
+        .fold(f64::INFINITY, f64::min)
 }
 
 fn explain(how: Pick, candidates: &[Candidate], winner: usize) -> String {

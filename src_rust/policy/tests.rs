@@ -158,3 +158,50 @@ fn reported_load_counts_when_larger_than_booked() {
         WorkerId(1)
     );
 }
+
+#[test]
+fn a_backlogged_pool_keeps_requests_with_their_cache() {
+    let backlogged = |congestion_weight: f64| {
+        let mut p = Policy::new(PolicyConfig {
+            congestion_weight,
+            ..PolicyConfig::default()
+        });
+        for (id, queued) in [(0, 80_000), (1, 50_000)] {
+            p.upsert_worker(WorkerId(id), Role::Both, 16_384);
+            let load = Load {
+                queued_prefill_tokens: queued,
+                ..Load::default()
+            };
+            p.report_load(WorkerId(id), load).unwrap();
+        }
+        p.route("warm-up", request(20), &[], 0).unwrap();
+        p.route("a", request(200), &[cached(0, 150)], 0).unwrap()
+    };
+    // Alone, the request reaches its first token sooner on worker 1, but
+    // the 9,600 tokens it would recompute there hold up everything queued
+    // behind it.
+    assert_eq!(backlogged(0.0).decode_worker, WorkerId(1));
+    let d = backlogged(1.0);
+    assert_eq!(d.decode_worker, WorkerId(0));
+    let congestion: Vec<f64> = d
+        .decode_candidates
+        .iter()
+        .map(|c| c.cost.congestion_ms)
+        .collect();
+    assert!(
+        congestion[0] == 0.0 && congestion[1] > 1_000.0,
+        "{congestion:?}"
+    );
+}
+
+#[test]
+fn an_idle_worker_carries_no_congestion() {
+    let mut p = policy(&[(0, Role::Both), (1, Role::Both)]);
+    p.route("warm-up", request(20), &[], 0).unwrap();
+    p.release("warm-up");
+    let d = p.route("a", request(200), &[cached(0, 150)], 0).unwrap();
+    assert!(d
+        .decode_candidates
+        .iter()
+        .all(|c| c.cost.congestion_ms == 0.0));
+}

@@ -40,9 +40,10 @@ fn to_pyerr(error: RouteError) -> PyErr {
     }
 }
 
-/// (worker, device, host, disk, queue_ms, prefill_ms, reload_ms, decode_ms,
-///  transfer_ms, overflow_ms, active_requests, overloaded)
-type CandidateRow = (u64, u32, u32, u32, f64, f64, f64, f64, f64, f64, u64, bool);
+/// (worker, device, host, disk, (queue_ms, prefill_ms, reload_ms, decode_ms,
+///  transfer_ms, overflow_ms, congestion_ms), active_requests, overloaded)
+type CandidateRow = (u64, u32, u32, u32, CostRow, u64, bool);
+type CostRow = (f64, f64, f64, f64, f64, f64, f64);
 
 fn row(c: &Candidate) -> CandidateRow {
     let k = &c.cost;
@@ -51,12 +52,15 @@ fn row(c: &Candidate) -> CandidateRow {
         c.overlap.device,
         c.overlap.host,
         c.overlap.disk,
-        k.queue_ms,
-        k.prefill_ms,
-        k.reload_ms,
-        k.decode_ms,
-        k.transfer_ms,
-        k.overflow_ms,
+        (
+            k.queue_ms,
+            k.prefill_ms,
+            k.reload_ms,
+            k.decode_ms,
+            k.transfer_ms,
+            k.overflow_ms,
+            k.congestion_ms,
+        ),
         c.active_requests,
         c.overloaded,
     )
@@ -130,7 +134,7 @@ impl PyRoutingCore {
         decode_ms_per_block, host_reload_ms_per_block, disk_reload_ms_per_block,
         transfer_ms_per_block, max_batched_tokens, temperature, tie_tolerance,
         overload_factor, calibrate, calibration_alpha, seed, local_prefill_max_tokens,
-        prefill_saturation_ms, stale_after_s
+        prefill_saturation_ms, stale_after_s, congestion_weight
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -152,6 +156,7 @@ impl PyRoutingCore {
         local_prefill_max_tokens: u64,
         prefill_saturation_ms: f64,
         stale_after_s: f64,
+        congestion_weight: f64,
     ) -> PyResult<Self> {
         if block_size == 0 {
             return Err(PyValueError::new_err("block_size must be positive"));
@@ -178,6 +183,7 @@ impl PyRoutingCore {
             local_prefill_max_tokens,
             prefill_saturation_ms,
             stale_after_ms: (stale_after_s * 1000.0) as u64,
+            congestion_weight,
         };
         Ok(PyRoutingCore {
             policy: Mutex::new(Policy::new(config)),

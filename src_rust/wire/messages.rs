@@ -49,6 +49,8 @@ pub struct Candidate {
     pub active_requests: u32,
     #[prost(bool, tag = "14")]
     pub overloaded: bool,
+    #[prost(double, tag = "15")]
+    pub congestion_ms: f64,
 }
 
 /// `kvrouter.v1.Explanation`

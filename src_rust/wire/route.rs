@@ -207,6 +207,7 @@ impl Directory {
             overflow_ms: k.overflow_ms,
             active_requests: u32::try_from(c.active_requests).unwrap_or(u32::MAX),
             overloaded: c.overloaded,
+            congestion_ms: k.congestion_ms,
         }
     }
 

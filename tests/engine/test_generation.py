@@ -179,6 +179,17 @@ def test_load_reports_queued_prefill_and_decode_blocks(tiny_llama):
     assert load.decode_blocks == 2
 
 
+def test_load_counts_only_the_uncached_part_of_a_waiting_prompt(tiny_llama):
+    engine = make_engine(tiny_llama, max_num_seqs=1)
+    engine.generate([PROMPTS[0]], GREEDY)  # leaves SHARED's blocks cached
+    engine.add_request(PROMPTS[3], GREEDY)
+    engine.add_request(PROMPTS[1], GREEDY)
+    engine.step()
+    load = engine.load()
+    assert load.num_waiting == 1
+    assert load.waiting_prefill_tokens == len(PROMPTS[1]) - len(SHARED)
+
+
 @pytest.mark.parametrize(
     "prompt, params, message",
     [
