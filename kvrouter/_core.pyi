@@ -92,9 +92,15 @@ class OverlapScores:
 class PrefixIndex:
     """Which workers hold which cached prefixes. Thread-safe; releases the GIL."""
 
-    def __init__(self, block_size: int = 16, max_blocks: int | None = None) -> None: ...
+    def __init__(
+        self, block_size: int = 16, max_blocks: int | None = None, *, manual_clock: bool = False
+    ) -> None:
+        """With `manual_clock`, approximate entries expire by the time given to
+        `set_time` (a simulator's virtual clock) instead of the wall clock."""
     @property
     def block_size(self) -> int: ...
+    def set_time(self, now_s: float) -> None:
+        """Moves a manual clock forward (never back); ValueError on a wall clock."""
     def apply(
         self, worker_id: int, seq: int, events: Iterable[Event], *, strict: bool = False
     ) -> ApplyOutcome:

@@ -56,8 +56,10 @@ class PolicyConfig:
     # A routed request with no finish report for this long stops counting.
     stale_after_s: float = 600.0
     # Mark the routed prompt as cached on the chosen worker(s) until its KV
-    # events arrive; 0 disables.
-    approximate_ttl_s: float = 0.0
+    # events arrive, for at most this long; 0 disables. Without it, a
+    # session's next turn that arrives while the last one still waits for
+    # prefill sees no cache anywhere and may land elsewhere.
+    approximate_ttl_s: float = 30.0
 
     def validate(self) -> None:
         for name, value in asdict(self).items():

@@ -51,7 +51,7 @@ def replay(trace: list[TraceRequest], policy: str, cfg: ReplayConfig, progress=N
     `progress` is called with the number of requests routed since the last call."""
     wall = time.perf_counter()
     workers = _workers(cfg)
-    index = PrefixIndex(cfg.block_size)
+    index = PrefixIndex(cfg.block_size, manual_clock=True)
     clock = [0.0]
     chooser = make_policy(
         policy, workers, index, cfg.policy_config, cfg.seed, lambda: clock[0] / 1000
@@ -129,6 +129,7 @@ def replay(trace: list[TraceRequest], policy: str, cfg: ReplayConfig, progress=N
         r = SimRequest(str(i), now, t.input_length, t.output_length, blocks, cfg.block_size)
         r.hashes = chain_hashes(blocks) if chooser.uses_index else blocks
         i += 1
+        index.set_time(now / 1000)
         prefill, decode = chooser.route(r.id, r, now)
         r.prefill_worker, r.decode_worker = prefill, decode
         requests.append(r)

@@ -21,6 +21,7 @@ pub use tree::PrefixTree;
 use crate::ids::{SeqHash, WorkerId};
 use parking_lot::RwLock;
 use std::borrow::Borrow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Sizing of a [`PrefixIndex`].
@@ -57,9 +58,16 @@ pub struct WorkerInfo {
     pub last_seq: Option<u64>,
 }
 
+/// What approximate entries expire by: the wall clock, or a time the owner
+/// sets (a simulator running on virtual time).
+enum Clock {
+    Wall(Instant),
+    Manual(AtomicU64),
+}
+
 pub struct PrefixIndex {
     tree: RwLock<PrefixTree>,
-    epoch: Instant,
+    clock: Clock,
 }
 
 impl PrefixIndex {
@@ -70,7 +78,27 @@ impl PrefixIndex {
     fn from_tree(tree: PrefixTree) -> Self {
         PrefixIndex {
             tree: RwLock::new(tree),
-            epoch: Instant::now(),
+            clock: Clock::Wall(Instant::now()),
+        }
+    }
+
+    /// An index whose approximate entries expire by the time given to
+    /// [`PrefixIndex::set_time_ms`], starting at 0.
+    pub fn with_manual_clock(config: IndexConfig) -> Self {
+        PrefixIndex {
+            clock: Clock::Manual(AtomicU64::new(0)),
+            ..Self::new(config)
+        }
+    }
+
+    /// Moves a manual clock forward; never backward. False on a wall clock.
+    pub fn set_time_ms(&self, now_ms: u64) -> bool {
+        match &self.clock {
+            Clock::Manual(now) => {
+                now.fetch_max(now_ms, Ordering::Relaxed);
+                true
+            }
+            Clock::Wall(_) => false,
         }
     }
 
@@ -79,7 +107,10 @@ impl PrefixIndex {
     }
 
     fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        match &self.clock {
+            Clock::Wall(epoch) => epoch.elapsed().as_millis() as u64,
+            Clock::Manual(now) => now.load(Ordering::Relaxed),
+        }
     }
 
     pub fn apply<E: Borrow<KvEvent>>(

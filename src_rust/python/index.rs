@@ -140,8 +140,8 @@ pub struct PyPrefixIndex(pub(crate) PrefixIndex);
 #[pymethods]
 impl PyPrefixIndex {
     #[new]
-    #[pyo3(signature = (block_size = DEFAULT_BLOCK_SIZE, max_blocks = None))]
-    fn new(block_size: usize, max_blocks: Option<usize>) -> PyResult<Self> {
+    #[pyo3(signature = (block_size = DEFAULT_BLOCK_SIZE, max_blocks = None, *, manual_clock = false))]
+    fn new(block_size: usize, max_blocks: Option<usize>, manual_clock: bool) -> PyResult<Self> {
         if block_size == 0 {
             return Err(PyValueError::new_err("block_size must be positive"));
         }
@@ -150,10 +150,15 @@ impl PyPrefixIndex {
                 "max_blocks must be positive (or None for unbounded)",
             ));
         }
-        Ok(PyPrefixIndex(PrefixIndex::new(IndexConfig {
+        let config = IndexConfig {
             block_size,
             max_nodes: max_blocks,
-        })))
+        };
+        Ok(PyPrefixIndex(if manual_clock {
+            PrefixIndex::with_manual_clock(config)
+        } else {
+            PrefixIndex::new(config)
+        }))
     }
 
     #[getter]
@@ -303,6 +308,21 @@ impl PyPrefixIndex {
                 .insert_approximate(WorkerId(worker_id), &hashes, Duration::from_secs_f64(ttl_s))
         })
         .map_err(to_pyerr)
+    }
+
+    /// Sets the time approximate entries expire by, on an index made with
+    /// `manual_clock=True`; it never moves backward.
+    fn set_time(&self, now_s: f64) -> PyResult<()> {
+        if !(now_s.is_finite() && now_s >= 0.0) {
+            return Err(PyValueError::new_err("now_s must be a non-negative number"));
+        }
+        if self.0.set_time_ms((now_s * 1000.0) as u64) {
+            Ok(())
+        } else {
+            Err(PyValueError::new_err(
+                "this index follows the wall clock; make it with manual_clock=True",
+            ))
+        }
     }
 
     /// {"blocks", "workers", "approximate", "pruned_total"}

@@ -153,6 +153,20 @@ def test_approximate_entries_route_bursts_then_expire():
     assert index.find_matches(hashes).scores == {}
 
 
+def test_a_manual_clock_expires_approximate_entries_on_virtual_time():
+    index = PrefixIndex(BS, manual_clock=True)
+    hashes = hash_tokens(conversation(64), BS)
+    index.set_time(100.0)
+    index.insert_approximate(5, hashes, ttl_s=30.0)
+    index.set_time(129.0)
+    assert index.find_matches(hashes).scores == {5: 4}
+    index.set_time(50.0)  # never backward
+    index.set_time(130.5)
+    assert index.find_matches(hashes).scores == {}
+    with pytest.raises(ValueError, match="wall clock"):
+        PrefixIndex(BS).set_time(1.0)
+
+
 def test_memory_bound_prunes_least_recently_used():
     index = PrefixIndex(BS, max_blocks=50)
     hot = conversation(64)
