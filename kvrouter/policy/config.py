@@ -50,7 +50,7 @@ class PolicyConfig:
     local_prefill_max_tokens: int = 16384
     # ... or when the least-queued prefill worker has this much queued work (ms).
     # Both defaults were chosen by replay (bench/replay_pd_sweep.py).
-    prefill_saturation_ms: float = 250.0
+    prefill_saturation_ms: float = 1000.0
 
     # -- load book
     # A routed request with no finish report for this long stops counting.

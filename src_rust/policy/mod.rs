@@ -84,7 +84,7 @@ impl Default for PolicyConfig {
             calibration_alpha: 0.05,
             seed: 0,
             local_prefill_max_tokens: 16_384,
-            prefill_saturation_ms: 250.0,
+            prefill_saturation_ms: 1000.0,
             stale_after_ms: 600_000,
             congestion_weight: 1.0,
         }
