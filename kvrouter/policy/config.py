@@ -38,7 +38,7 @@ class PolicyConfig:
     tie_tolerance: float = 0.02
     # Skip a worker holding more than this many times the pool's mean active
     # requests (plus one) while another worker is not; 0 disables.
-    overload_factor: float = 0.0
+    overload_factor: float = 4.0
     # Weight of the delay a placement's wasted prefill (over the best-cached
     # worker) passes on to the requests queued behind it; 0 prices only the
     # request's own TTFT. See docs/routing.md.

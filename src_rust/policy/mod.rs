@@ -78,7 +78,7 @@ impl Default for PolicyConfig {
             selector: Selector {
                 temperature: 0.0,
                 tie_tolerance: 0.02,
-                overload_factor: 0.0,
+                overload_factor: 4.0,
             },
             calibrate: true,
             calibration_alpha: 0.05,
