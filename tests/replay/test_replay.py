@@ -3,11 +3,13 @@ routing beating round robin, P/D mode, trace parsing, the LRU cache and the
 any-router floor."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvrouter.policy import PolicyConfig
 from kvrouter.replay import ReplayConfig, TimingModel, load_mooncake, replay
 from kvrouter.replay.cache import BlockCache
 from kvrouter.replay.floor import (
@@ -35,6 +37,27 @@ def test_kv_aware_beats_round_robin(trace):
     assert ours["completed"] == rr["completed"] == len(trace)
     assert ours["prefix_reuse_ratio"] > rr["prefix_reuse_ratio"] + 0.1
     assert ours["ttft_ms"]["mean"] < rr["ttft_ms"]["mean"]
+
+
+def test_hot_shared_documents_do_not_pile_onto_their_owners():
+    # Chat over three long shared documents on eight workers: by predicted
+    # TTFT alone each owner keeps winning, and three workers do the work.
+    hot = generate(
+        WorkloadShape(
+            num_requests=600,
+            sessions_per_s=1.5,
+            agent_fraction=0.0,
+            system_prompts=3,
+            system_prompt_blocks=48,
+        ),
+        seed=1,
+    )
+    cfg = ReplayConfig(num_workers=8, capacity_blocks=4096)
+    spread = replay(hot, "kvrouter", cfg)
+    piled = replay(hot, "kvrouter", replace(cfg, policy_config=PolicyConfig(overload_factor=0)))
+    assert piled["imbalance"]["busy_time"] > 2.5
+    assert spread["imbalance"]["busy_time"] < 2.0
+    assert spread["ttft_ms"]["mean"] < piled["ttft_ms"]["mean"]
 
 
 def test_replay_is_deterministic(trace):
