@@ -74,19 +74,18 @@ impl LoadBook {
     }
 
     /// The prefill finished: its tokens no longer queue on the prefill worker.
-    /// Returns false for an unknown request or a repeated call.
-    pub fn prefill_done(&mut self, request_id: &str) -> bool {
-        let Some(booking) = self.bookings.get_mut(request_id) else {
-            return false;
-        };
+    /// Returns that worker and the tokens, or None for an unknown request or
+    /// a repeated call.
+    pub fn prefill_done(&mut self, request_id: &str) -> Option<(WorkerId, u64)> {
+        let booking = self.bookings.get_mut(request_id)?;
         if !booking.prefill_open {
-            return false;
+            return None;
         }
         booking.prefill_open = false;
         if let Some(w) = self.per_worker.get_mut(&booking.prefill_worker) {
             w.prefill_tokens -= booking.prefill_tokens;
         }
-        true
+        Some((booking.prefill_worker, booking.prefill_tokens))
     }
 
     /// The request finished or was cancelled: free everything it holds.
@@ -169,8 +168,8 @@ mod tests {
                 requests: 1
             }
         );
-        assert!(book.prefill_done("a"));
-        assert!(!book.prefill_done("a"));
+        assert!(book.prefill_done("a").is_some());
+        assert!(book.prefill_done("a").is_none());
         assert_eq!(book.booked(WorkerId(1)).prefill_tokens, 0);
         assert!(book.release("a").is_some());
         assert!(book.release("a").is_none());

@@ -181,12 +181,34 @@ impl Policy {
         &self.book
     }
 
+    /// A worker's last report counted the request's work; the report stays
+    /// until the next one, so the work done since comes off it here.
     pub fn prefill_done(&mut self, request_id: &str) -> bool {
-        self.book.prefill_done(request_id)
+        let Some((worker, tokens)) = self.book.prefill_done(request_id) else {
+            return false;
+        };
+        self.discount_report(worker, tokens, 0, 0);
+        true
     }
 
     pub fn release(&mut self, request_id: &str) -> bool {
-        self.book.release(request_id).is_some()
+        let Some(booking) = self.book.release(request_id) else {
+            return false;
+        };
+        if booking.prefill_open {
+            self.discount_report(booking.prefill_worker, booking.prefill_tokens, 0, 0);
+        }
+        self.discount_report(booking.decode_worker, 0, booking.decode_blocks, 1);
+        true
+    }
+
+    fn discount_report(&mut self, worker: WorkerId, tokens: u64, blocks: u64, requests: u64) {
+        if let Some(state) = self.workers.get_mut(&worker) {
+            let r = &mut state.reported;
+            r.queued_prefill_tokens = r.queued_prefill_tokens.saturating_sub(tokens);
+            r.active_decode_blocks = r.active_decode_blocks.saturating_sub(blocks);
+            r.active_requests = r.active_requests.saturating_sub(requests);
+        }
     }
 
     pub fn observe_prefill(&mut self, new_tokens: f64, cached_tokens: f64, ms: f64) {

@@ -79,6 +79,24 @@ fn finished_requests_stop_counting() {
 }
 
 #[test]
+fn work_finished_since_a_report_comes_off_it() {
+    let mut p = policy(&[(0, Role::Both)]);
+    p.route("a", request(10), &[], 0).unwrap();
+    let report = Load {
+        queued_prefill_tokens: 640 + 1_000,
+        active_decode_blocks: 10 + 50,
+        active_requests: 1 + 3,
+        ..Load::default()
+    };
+    p.report_load(WorkerId(0), report).unwrap();
+    assert!(p.prefill_done("a"));
+    assert_eq!(p.load(WorkerId(0)).queued_prefill_tokens, 1_000);
+    assert!(p.release("a"));
+    let load = p.load(WorkerId(0));
+    assert_eq!((load.active_decode_blocks, load.active_requests), (50, 3));
+}
+
+#[test]
 fn stale_bookings_expire() {
     let mut p = policy(&[(0, Role::Both)]);
     p.route("lost", request(10), &[], 0).unwrap();

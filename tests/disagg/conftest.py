@@ -37,7 +37,13 @@ def start_cluster(model, tmp_path_factory, router_env: dict, worker_args: list[s
     cluster = LocalCluster(
         model,
         ROLES,
-        router_env={"KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS": "64", **router_env},
+        router_env={
+            "KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS": "64",
+            # The tests read the index through Route (helpers.overlap), which
+            # would otherwise record each probe as a prediction.
+            "KVROUTER_POLICY_APPROXIMATE_TTL_S": "0",
+            **router_env,
+        },
         worker_args=["--num-kv-blocks", "512", *worker_args],
         log_dir=tmp_path_factory.mktemp("cluster-logs"),
     )
