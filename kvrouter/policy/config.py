@@ -55,10 +55,11 @@ class PolicyConfig:
     # -- load book
     # A routed request with no finish report for this long stops counting.
     stale_after_s: float = 600.0
-    # Mark the routed prompt as cached on the chosen worker(s) until its KV
-    # events arrive, for at most this long; 0 disables. Without it, a
-    # session's next turn that arrives while the last one still waits for
-    # prefill sees no cache anywhere and may land elsewhere.
+    # When the prefilling worker last reported a backlog, mark the routed
+    # prompt as cached on the chosen worker(s) until its KV events arrive,
+    # for at most this long; 0 disables. Without it, a session's next turn
+    # that arrives while the last one still waits for prefill sees no cache
+    # anywhere and may land elsewhere.
     approximate_ttl_s: float = 30.0
 
     def validate(self) -> None:

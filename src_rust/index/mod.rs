@@ -163,6 +163,10 @@ impl PrefixIndex {
         tree.insert_approximate(worker, seq_hashes, now + ttl.as_millis() as u64)
     }
 
+    pub fn num_approximate(&self) -> usize {
+        self.tree.read().num_approximate()
+    }
+
     pub fn stats(&self) -> IndexStats {
         let tree = self.tree.read();
         IndexStats {

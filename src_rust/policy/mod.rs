@@ -173,6 +173,13 @@ impl Policy {
         Ok(())
     }
 
+    /// Prefill tokens the worker last reported queued, less what finished since.
+    pub fn reported_queue_tokens(&self, worker: WorkerId) -> u64 {
+        self.workers
+            .get(&worker)
+            .map_or(0, |s| s.reported.queued_prefill_tokens)
+    }
+
     pub fn workers(&self) -> impl Iterator<Item = (WorkerId, &WorkerState)> {
         self.workers.iter().map(|(id, state)| (*id, state))
     }

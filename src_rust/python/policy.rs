@@ -85,10 +85,17 @@ pub struct PyRoutingCore {
     block_size: u64,
 }
 
+/// Past this many predicted blocks in the index, routing adds no more.
+const MAX_APPROXIMATE_BLOCKS: usize = 1_000_000;
+
 impl PyRoutingCore {
     /// Looks the prompt's blocks up in `index`, scores every candidate and
     /// books the request on the winner(s). With an `approximate_ttl` the
-    /// chosen workers are recorded as soon-to-hold the blocks.
+    /// chosen workers are recorded as soon-to-hold the blocks when the
+    /// prefilling worker last reported a backlog: only then do its KV events
+    /// come late enough for a session's next turn to miss them. An idle pool
+    /// pays nothing for predictions, and there are never more than
+    /// `MAX_APPROXIMATE_BLOCKS`.
     pub(crate) fn decide(
         &self,
         index: &PrefixIndex,
@@ -108,11 +115,15 @@ impl PyRoutingCore {
             num_blocks: hashes.len() as u64,
             block_size: self.block_size,
         };
-        let decision = self
-            .policy
-            .lock()
-            .route(request_id, request, &matched, now_ms)?;
-        if let Some(ttl) = approximate_ttl.filter(|_| !hashes.is_empty()) {
+        let (decision, backlogged) = {
+            let mut policy = self.policy.lock();
+            let decision = policy.route(request_id, request, &matched, now_ms)?;
+            let prefilling = decision.prefill_worker.unwrap_or(decision.decode_worker);
+            let backlogged = policy.reported_queue_tokens(prefilling) > 0;
+            (decision, backlogged)
+        };
+        let predict = backlogged && index.num_approximate() < MAX_APPROXIMATE_BLOCKS;
+        if let Some(ttl) = approximate_ttl.filter(|_| predict && !hashes.is_empty()) {
             for worker in [Some(decision.decode_worker), decision.prefill_worker]
                 .into_iter()
                 .flatten()

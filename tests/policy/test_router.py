@@ -132,3 +132,17 @@ def test_temperature_sampling_is_seeded():
 
     assert picks(5) == picks(5)
     assert len(set(picks(5))) > 1
+
+
+def test_a_backlogged_worker_gets_the_prompt_predicted_an_idle_one_does_not():
+    # The prediction bridges the wait for the worker's KV events, which come
+    # late only when it is backlogged.
+    r = router(2, approximate_ttl_s=30.0)
+    tokens = prompt(4, 320)
+    r.route("idle", tokens)
+    assert r.index.stats()["approximate"] == 0
+    r.finished("idle")
+    for w in range(2):
+        r.report_load(w, queued_prefill_tokens=5_000, active_decode_blocks=0, active_requests=1)
+    second = r.route("busy", tokens)
+    assert r.index.find_matches(hash_tokens(tokens, BS)).scores == {second.decode_worker: 20}
