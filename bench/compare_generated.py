@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -69,8 +70,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_table(summary: list[tuple[str, Path]]) -> None:
-    import json
-
     print(
         f"\n{'workload':<10} {'config':<8} {'reuse: Dynamo KV / kvrouter':>28} "
         f"{'mean x':>7} {'p99 x':>6} {'floor mean x':>13} {'floor p99 x':>12} {'calibrated':>11}"

@@ -34,7 +34,7 @@ class TimingModel:
     # KV transfer from a prefill worker to a decode worker (P/D mode).
     transfer_ms_per_block: float = 0.1
 
-    def prefill_ms(self, tokens: int) -> float:
+    def prefill_ms(self, tokens: float) -> float:
         """An iteration's prefill share, for all its prefill tokens together."""
         return (
             self.prefill_iteration_ms
@@ -68,9 +68,4 @@ class TimingModel:
         fewest = max(-(-n // self.max_batched_tokens), 1)
         best = n * math.sqrt(self.prefill_ms_per_token2 / self.prefill_iteration_ms)
         candidates = {fewest, max(math.floor(best), fewest), max(math.ceil(best), fewest)}
-        return min(
-            k * self.prefill_iteration_ms
-            + self.prefill_ms_per_token * n
-            + self.prefill_ms_per_token2 * n * n / k
-            for k in candidates
-        )
+        return min(k * self.prefill_ms(n / k) for k in candidates)
