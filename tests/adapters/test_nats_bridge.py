@@ -7,13 +7,9 @@ import asyncio
 import pytest
 
 from kvrouter import hash_tokens
-from kvrouter.adapters.nats import (
-    EngineBridge,
-    JetStreamWorkerPublisher,
-    NatsConfig,
-    RouterReplica,
-)
+from kvrouter.adapters.nats import EngineBridge, JetStreamWorkerPublisher, NatsConfig
 from kvrouter.adapters.vllm import register_engines
+from kvrouter.service.replicas import RouterReplica
 
 from . import vllm_schema as vs
 from .conftest import until
