@@ -43,8 +43,9 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
-    from kvrouter.adapters.nats.bridge import serve
+    from kvrouter.adapters.nats import EngineBridge
     from kvrouter.adapters.vllm import load_engines
+    from kvrouter.cli._until_signal import until_signal
 
     try:
         config = nats_config(args)
@@ -53,5 +54,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvrouter bridge: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO)
-    asyncio.run(serve(config, engines, args.block_size))
+    asyncio.run(until_signal(EngineBridge(config, engines, block_size=args.block_size)))
     return 0

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(effective.to_dict(), indent=2))
         return 0
     if replica is not None:
-        from kvrouter.adapters.nats import replica_server
+        from kvrouter.service.replicas import replica_server
 
         replica_server.run(replica)
     else:
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _replica_server(effective):
     try:
-        from kvrouter.adapters.nats.replica_server import ReplicaServer
+        from kvrouter.service.replicas.replica_server import ReplicaServer
     except ImportError as e:
         raise ImportError(
             f"{e}: router replicas need the adapters extra (pip install 'kvrouter[adapters]')"

@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     from kvrouter.adapters.vllm import load_engines
-    from kvrouter.adapters.vllm.sidecar import VllmSidecar, serve
+    from kvrouter.adapters.vllm.sidecar import VllmSidecar
+    from kvrouter.cli._until_signal import until_signal
 
     try:
         if not args.nats and (args.stream or args.subject_prefix):
@@ -46,5 +47,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvrouter sidecar: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO)
-    asyncio.run(serve(sidecar))
+    asyncio.run(until_signal(sidecar))
     return 0

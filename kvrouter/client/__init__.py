@@ -2,7 +2,6 @@
 registration (`WorkerRegistration`) and KV event publishing
 (`KvEventPublisher`)."""
 
-from kvrouter.client.credentials import Credentials
 from kvrouter.client.event_sink import EventCollector
 from kvrouter.client.publisher import KvEventPublisher
 from kvrouter.client.router import AsyncRouterClient, RouterClient
@@ -20,6 +19,7 @@ from kvrouter.client.types import (
     WorkerLoad,
 )
 from kvrouter.client.worker import WorkerRegistration
+from kvrouter.net.credentials import Credentials
 
 __all__ = [
     "AsyncRouterClient",

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import grpc
 
 from kvrouter.client.convert import encode_tokens, rpc_error
-from kvrouter.client.credentials import Credentials, aio_channel
-from kvrouter.client.router import CHANNEL_OPTIONS
+from kvrouter.net.channels import CHANNEL_OPTIONS, aio_channel
+from kvrouter.net.credentials import Credentials
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import router_pb2_grpc
 

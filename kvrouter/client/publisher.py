@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable
 import grpc
 
 from kvrouter.client.background import BackgroundLoop
-from kvrouter.client.credentials import Credentials, aio_channel
 from kvrouter.client.event_sink import EventCollector
-from kvrouter.client.router import CHANNEL_OPTIONS
+from kvrouter.net.channels import CHANNEL_OPTIONS, aio_channel
+from kvrouter.net.credentials import Credentials
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 

@@ -16,15 +16,12 @@ from collections.abc import Iterable, Sequence
 import grpc
 
 from kvrouter.client.convert import route_request, route_result, rpc_error, worker_info
-from kvrouter.client.credentials import Credentials, aio_channel, sync_channel
 from kvrouter.client.types import RouterError, RouteResult, WorkerInfo
+from kvrouter.net.channels import CHANNEL_OPTIONS, aio_channel, sync_channel
+from kvrouter.net.credentials import Credentials
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 
-CHANNEL_OPTIONS = (
-    ("grpc.max_receive_message_length", 64 << 20),
-    ("grpc.max_send_message_length", 64 << 20),
-)
 _LIFECYCLE = {
     "prefill_done": pb.LIFECYCLE_EVENT_PREFILL_DONE,
     "finished": pb.LIFECYCLE_EVENT_FINISHED,

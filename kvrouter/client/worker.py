@@ -13,9 +13,9 @@ import grpc
 
 from kvrouter.client.background import BackgroundLoop
 from kvrouter.client.convert import ROLE_VALUES, rpc_error
-from kvrouter.client.credentials import Credentials, aio_channel
-from kvrouter.client.router import CHANNEL_OPTIONS
 from kvrouter.client.types import Registration, WorkerLoad
+from kvrouter.net.channels import CHANNEL_OPTIONS, aio_channel
+from kvrouter.net.credentials import Credentials
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 

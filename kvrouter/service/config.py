@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvrouter.net import tls
 from kvrouter.policy import PolicyConfig
-from kvrouter.service import tls
 
 ENV_PREFIX = "KVROUTER_"
 POLICY_ENV_PREFIX = "KVROUTER_POLICY_"
@@ -63,7 +63,7 @@ class ServiceConfig:
     # prefix (batches on `<prefix>.events.<worker>`, bookings on `<prefix>.load`).
     nats_stream: str = "KVROUTER_EVENTS"
     nats_subject_prefix: str = "kvrouter"
-    # Bearer tokens, one `ROLE TOKEN` per line (kvrouter/service/auth.py);
+    # Bearer tokens, one `ROLE TOKEN` per line (kvrouter/net/auth.py);
     # empty: no authentication.
     auth_tokens_file: str = ""
     # With authentication on: whether health and reflection answer without a token.

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from kvrouter.service.logs import TextFormatter
+from kvrouter.net.logs import TextFormatter
 
 FLUSH_INTERVAL_S = 0.05
 TEXT_FIELDS = (

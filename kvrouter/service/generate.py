@@ -18,7 +18,7 @@ from contextlib import aclosing
 
 import grpc
 
-from kvrouter.client.credentials import Credentials
+from kvrouter.net.credentials import Credentials
 from kvrouter.policy import NoWorkerAvailable
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.service.config import ServiceConfig

@@ -9,8 +9,8 @@ import time
 
 import grpc
 
-from kvrouter.client.credentials import Credentials
-from kvrouter.client.worker_channels import WorkerChannels
+from kvrouter.net.credentials import Credentials
+from kvrouter.net.worker_channels import WorkerChannels
 from kvrouter.proto_gen import worker_pb2 as wpb
 from kvrouter.service.proxy_config import ProxyConfig
 from kvrouter.service.workers import WorkerTable

@@ -21,9 +21,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from kvrouter._core import PrefixIndex
+from kvrouter.net import auth, logs, tls
 from kvrouter.policy import Router
 from kvrouter.proto_gen import router_pb2, router_pb2_grpc
-from kvrouter.service import auth, logs, tls
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.events import EventIngest
 from kvrouter.service.generate import GenerationProxy, ProxyingRouterService

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvrouter.service import tls
+from kvrouter.net import tls
 
 ROLES = ("prefill", "decode", "both")
 
@@ -49,7 +49,7 @@ class WorkerConfig:
     # Torch CPU threads per worker; 0 keeps torch's default.
     torch_threads: int = 1
     # Who may call the Worker service: bearer tokens, one `ROLE TOKEN` per
-    # line (kvrouter/service/auth.py: `router`, `admin`, and `worker:ID` for
+    # line (kvrouter/net/auth.py: `router`, `admin`, and `worker:ID` for
     # peers' FetchBlocks and Release); empty: no authentication.
     auth_tokens_file: str = ""
     # With authentication on: whether health answers without a token.

@@ -20,12 +20,13 @@ import torch
 import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from kvrouter.client import Credentials, KvEventPublisher, WorkerLoad, WorkerRegistration
-from kvrouter.client.router import CHANNEL_OPTIONS
-from kvrouter.client.worker_channels import WorkerChannels
+from kvrouter.client import KvEventPublisher, WorkerLoad, WorkerRegistration
 from kvrouter.engine import EngineConfig, LLMEngine
+from kvrouter.net import auth, logs, tls
+from kvrouter.net.channels import CHANNEL_OPTIONS
+from kvrouter.net.credentials import Credentials
+from kvrouter.net.worker_channels import WorkerChannels
 from kvrouter.proto_gen import worker_pb2, worker_pb2_grpc
-from kvrouter.service import auth, logs, tls
 from kvrouter.worker.config import WorkerConfig
 from kvrouter.worker.engine_loop import EngineLoop
 from kvrouter.worker.events import MirroredEventSink

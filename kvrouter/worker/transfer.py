@@ -22,8 +22,8 @@ from typing import Protocol
 import grpc
 import torch
 
-from kvrouter.client.worker_channels import WorkerChannels
 from kvrouter.engine import KvBlocks, KvLayout
+from kvrouter.net.worker_channels import WorkerChannels
 from kvrouter.proto_gen import worker_pb2 as wpb
 
 

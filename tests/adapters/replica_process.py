@@ -8,7 +8,8 @@ import sys
 
 import nats
 
-from kvrouter.adapters.nats import IndexReplica, NatsConfig
+from kvrouter.adapters.nats import NatsConfig
+from kvrouter.service.replicas import IndexReplica
 
 
 async def main(url: str, name: str, snapshot_path: str) -> None:

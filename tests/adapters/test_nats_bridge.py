@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from kvrouter import hash_tokens
-from kvrouter.adapters.nats import (
-    EngineBridge,
-    JetStreamWorkerPublisher,
-    NatsConfig,
-    RouterReplica,
-)
+from kvrouter.adapters.nats import EngineBridge, JetStreamWorkerPublisher, NatsConfig
 from kvrouter.adapters.vllm import register_engines
+from kvrouter.service.replicas import RouterReplica
 
 from . import vllm_schema as vs
 from .conftest import until
@@ -72,3 +74,38 @@ def test_a_kvrouter_worker_publishes_to_the_stream(nats_url):
             assert r1.index.find_matches_for_tokens(tokens).scores == {}
 
     run(scenario())
+
+
+def test_the_bridge_command_relays_events_until_sigterm(farm, nats_url, tmp_path):
+    a, (pub_a,) = farm.start("a", "map")
+    engines = tmp_path / "engines.json"
+    entry = {f.name: getattr(a, f.name) for f in dataclasses.fields(a) if f.init}
+    engines.write_text(json.dumps({"engines": [entry]}))
+    tokens = prompt(1, 6)
+    blocks = EngineHasher(as_bytes=False).hashes(tokens)
+    log = tmp_path / "bridge.log"
+    with log.open("w") as out:
+        bridge = subprocess.Popen(
+            [sys.executable, "-m", "kvrouter.cli", "bridge", "--nats", nats_url, str(engines)],
+            stderr=out)
+
+    async def relayed():
+        async with RouterReplica(NatsConfig(servers=(nats_url,)), "r1") as r1:
+            pub_a.publish([vs.stored("map", blocks, tokens)])
+            deadline = time.monotonic() + 30
+            # The bridge subscribes after its start-up: a later batch reveals
+            # the first one to it, and it replays the gap.
+            while r1.index.find_matches_for_tokens(tokens).scores != {a.worker_ids[0]: 6}:
+                assert bridge.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "gave up waiting for the relayed blocks"
+                pub_a.publish([])
+                await asyncio.sleep(0.05)
+
+    try:
+        run(relayed())
+        bridge.send_signal(signal.SIGTERM)
+        assert bridge.wait(30) == 0, log.read_text()
+    finally:
+        if bridge.poll() is None:
+            bridge.kill()
+            bridge.wait()

@@ -9,8 +9,9 @@ from collections import Counter
 import pytest
 
 from kvrouter import PrefixIndex
-from kvrouter.adapters.nats import NatsConfig, RouterReplica
+from kvrouter.adapters.nats import NatsConfig
 from kvrouter.policy import Router
+from kvrouter.service.replicas import RouterReplica
 
 from .conftest import until
 

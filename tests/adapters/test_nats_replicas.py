@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from kvrouter.adapters.nats import IndexReplica, JetStreamSink, NatsConfig, ensure_stream
+from kvrouter.adapters.nats import JetStreamSink, NatsConfig, ensure_stream
 from kvrouter.adapters.nats.codec import decode_batch, encode_batch
-from kvrouter.adapters.nats.snapshot_store import load_snapshot
 from kvrouter.adapters.nats.stream import last_stream_seq
+from kvrouter.service.replicas import IndexReplica
+from kvrouter.service.replicas.snapshot_store import load_snapshot
 
 from .conftest import until
 from .replica_workload import reference_index, view, workload

@@ -30,9 +30,9 @@ from .conftest import until
 nats = pytest.importorskip("nats", reason="the adapters extra (nats-py) is not installed")
 
 from kvrouter.adapters.nats import JetStreamWorkerPublisher, NatsConfig  # noqa: E402
-from kvrouter.adapters.nats.replica_server import ReplicaServer  # noqa: E402
-from kvrouter.adapters.nats.snapshot_store import load_snapshot  # noqa: E402
 from kvrouter.cli import main as kvrouter_main  # noqa: E402
+from kvrouter.service.replicas import ReplicaServer  # noqa: E402
+from kvrouter.service.replicas.snapshot_store import load_snapshot  # noqa: E402
 
 BLOCK = 16
 CALL_S = 5.0

@@ -9,8 +9,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kvrouter.client import Credentials
-from kvrouter.client.credentials import sync_channel
 from kvrouter.client.generate import GenerateClient
+from kvrouter.net.channels import sync_channel
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import worker_pb2 as wpb
 from kvrouter.proto_gen import worker_pb2_grpc

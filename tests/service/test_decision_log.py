@@ -9,9 +9,9 @@ import logging
 
 import pytest
 
+from kvrouter.net import logs
 from kvrouter.policy import PolicyConfig
 from kvrouter.proto_gen import router_pb2 as pb
-from kvrouter.service import logs
 from kvrouter.service.decision_log import DecisionLog
 
 from .test_route_wire import CACHED, deployment

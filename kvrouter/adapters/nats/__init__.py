@@ -1,22 +1,31 @@
-"""Several router replicas on NATS JetStream.
+"""Worker batches over NATS JetStream, for several router replicas.
 
 Bridges from vLLM/SGLang engines (`EngineBridge`) and kvrouter workers
 (`JetStreamWorkerPublisher`) publish worker batches to one stream
-(`JetStreamSink`); every replica consumes it durably into its own index
-(`IndexReplica`), resuming from its snapshot and stream position after a
-restart; replicas share their routing decisions (`SharedLoadRouter`).
-`RouterReplica` puts the three together. The single-router default needs
-none of this.
+(`JetStreamSink`, `ensure_stream`) that every router replica consumes
+(`kvrouter.service.replicas`). The single-router default needs none of this.
+
+`IndexReplica`, `RouterReplica` and `SharedLoadRouter` moved to
+`kvrouter.service.replicas`; importing them from here still works for one
+release.
 """
 
 from kvrouter.adapters.nats.bridge import EngineBridge
 from kvrouter.adapters.nats.config import NatsConfig
-from kvrouter.adapters.nats.load_share import SharedLoadRouter
 from kvrouter.adapters.nats.publisher import JetStreamSink
-from kvrouter.adapters.nats.replica import IndexReplica
-from kvrouter.adapters.nats.router_replica import RouterReplica
 from kvrouter.adapters.nats.stream import ensure_stream
 from kvrouter.adapters.nats.worker_publisher import JetStreamWorkerPublisher
 
-__all__ = ["EngineBridge", "IndexReplica", "JetStreamSink", "JetStreamWorkerPublisher",
-           "NatsConfig", "RouterReplica", "SharedLoadRouter", "ensure_stream"]
+__all__ = ["EngineBridge", "JetStreamSink", "JetStreamWorkerPublisher", "NatsConfig",
+           "ensure_stream"]
+
+_MOVED_TO_SERVICE = frozenset({"IndexReplica", "RouterReplica", "SharedLoadRouter"})
+
+
+def __getattr__(name: str):
+    # Imported on first use: the replicas import this package's transport.
+    if name in _MOVED_TO_SERVICE:
+        from kvrouter.service import replicas
+
+        return getattr(replicas, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

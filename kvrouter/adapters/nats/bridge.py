@@ -10,11 +10,6 @@ A restarted bridge continues each worker's numbering from the stream.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import signal
-import sys
-
 import nats
 
 from kvrouter.adapters.nats.config import NatsConfig
@@ -56,24 +51,3 @@ class EngineBridge:
 
     async def __aexit__(self, *exc) -> None:
         await self.stop()
-
-
-async def serve(config: NatsConfig, engines: list[EngineConfig], block_size: int) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    async with EngineBridge(config, engines, block_size=block_size):
-        await stop.wait()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m kvrouter.adapters.nats.bridge`, the same as `kvrouter bridge`."""
-    from kvrouter import cli
-
-    return cli.main(["bridge", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,9 +17,6 @@ publishes the events to their JetStream stream, as `kvrouter bridge` does:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
-import sys
 from collections.abc import Sequence
 
 from kvrouter.adapters.events import RemovedBlocks, StoredBlocks, WorkerBatch
@@ -130,24 +127,3 @@ class VllmSidecar:
 
     async def __aexit__(self, *exc) -> None:
         await self.stop()
-
-
-async def serve(sidecar: VllmSidecar) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    async with sidecar:
-        await stop.wait()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m kvrouter.adapters.vllm.sidecar`, the same as `kvrouter sidecar`."""
-    from kvrouter import cli
-
-    return cli.main(["sidecar", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,9 +19,9 @@ import signal
 import uvloop
 
 from kvrouter.adapters.nats.config import NatsConfig, check_name
-from kvrouter.adapters.nats.router_replica import RouterReplica
-from kvrouter.service import logs
+from kvrouter.net import logs
 from kvrouter.service.config import ServiceConfig
+from kvrouter.service.replicas.router_replica import RouterReplica
 from kvrouter.service.server import RouterServer
 
 

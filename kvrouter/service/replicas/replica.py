@@ -30,9 +30,9 @@ from nats.js.errors import NotFoundError
 from kvrouter._core import PrefixIndex
 from kvrouter.adapters.nats.codec import decode_batch
 from kvrouter.adapters.nats.config import NatsConfig, check_name
-from kvrouter.adapters.nats.snapshot_store import load_snapshot, save_snapshot
 from kvrouter.adapters.nats.stream import ensure_stream
 from kvrouter.adapters.sink import apply_batch
+from kvrouter.service.replicas.snapshot_store import load_snapshot, save_snapshot
 
 log = logging.getLogger(__name__)
 

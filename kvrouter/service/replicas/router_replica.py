@@ -9,9 +9,9 @@ from pathlib import Path
 import nats
 
 from kvrouter.adapters.nats.config import NatsConfig
-from kvrouter.adapters.nats.load_share import SharedLoadRouter
-from kvrouter.adapters.nats.replica import IndexReplica
 from kvrouter.policy import PolicyConfig, Router
+from kvrouter.service.replicas.load_share import SharedLoadRouter
+from kvrouter.service.replicas.replica import IndexReplica
 
 
 class RouterReplica:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import grpc
 
-log = logging.getLogger("kvrouter.service.auth")
+log = logging.getLogger("kvrouter.net.auth")
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 REFLECTION_PREFIX = "/grpc.reflection."

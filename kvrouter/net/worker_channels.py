@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import grpc
 
-from kvrouter.client.credentials import Credentials, aio_channel
-from kvrouter.client.router import CHANNEL_OPTIONS
+from kvrouter.net.channels import CHANNEL_OPTIONS, aio_channel
+from kvrouter.net.credentials import Credentials
 from kvrouter.proto_gen import worker_pb2_grpc
 
 # A restarted worker should be reachable again within a second, not after
