@@ -53,7 +53,7 @@ def config(url: str, name: str, **overrides) -> ServiceConfig:
         log_decisions=False,
         heartbeat_ttl_s=600.0,
         drain_grace_s=0.0,
-        nats=url,
+        nats=(url,),
         replica_name=name,
     )
     return dataclasses.replace(ServiceConfig(), **{**settings, **overrides})
