@@ -40,4 +40,3 @@ class ProxyConfig:
             value = getattr(self, f.name)
             if f.name != "policy" and value <= 0:
                 raise ValueError(f"ProxyConfig.{f.name} must be > 0, got {value}")
-

@@ -29,7 +29,6 @@ def generate(target: str, tokens: list[int], max_tokens: int, **kwargs) -> Gener
     return asyncio.run(run())
 
 
-
 def overlap(target: str, tokens: list[int], worker_id: int) -> int:
     """Blocks of `tokens` the router's index holds for `worker_id`."""
     with RouterClient(target) as router:

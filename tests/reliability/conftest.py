@@ -16,7 +16,6 @@ from kvrouter.client import RouterClient
 WORKER_SCRIPT = Path(__file__).with_name("worker_process.py")
 
 
-
 class LocalRouter(ThreadedRouter):
     def __init__(self, **overrides) -> None:
         super().__init__(router_config(**overrides))

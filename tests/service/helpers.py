@@ -8,4 +8,3 @@ BLOCK = 16
 def prompt(seed: int, blocks: int) -> list[int]:
     """A prompt of whole blocks whose tokens depend on `seed`."""
     return [seed * 1_000_003 + i for i in range(blocks * BLOCK)]
-

@@ -28,7 +28,6 @@ def collect(stream) -> tuple[list[int], list]:
     return [t for m in messages for t in m.token_ids], messages
 
 
-
 def idle(status) -> bool:
     """Nothing running, nothing pinned, no lease."""
     return (
