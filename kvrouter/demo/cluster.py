@@ -88,7 +88,8 @@ class LocalCluster:
         return self
 
     def _start_router(self, deadline: float) -> None:
-        env = {"KVROUTER_PROXY_POLICY": self.policy, **self.router_env}
+        policy = "kvrouter" if self.policy == "kv" else self.policy
+        env = {"KVROUTER_POLICY_POLICY": policy, **self.router_env}
         for _ in range(3):  # a port picked as free may be taken before the router binds it
             self.target = f"127.0.0.1:{free_port()}"
             args = ["serve", "--listen", self.target, "--metrics-listen", "", "--log-format"]

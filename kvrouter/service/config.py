@@ -115,10 +115,12 @@ class ServiceConfig:
         self.proxy.validate()
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "policy": self.policy.to_dict()}
 
 
-def _knobs(cls: type) -> dict[str, type]:
+def _knobs(cls: type) -> dict[str, Any]:
+    if cls is PolicyConfig:
+        return dict(PolicyConfig.fields())
     tables = TABLES if cls is ServiceConfig else {}
     return {f.name: f.type for f in dataclasses.fields(cls) if f.name not in tables}
 

@@ -39,10 +39,14 @@ def text_line(json_line: str) -> str:
     return f"{stamp} I kvrouter.decisions: routed {fields}\n"
 
 
+def wanted(configured: bool) -> bool:
+    """Whether decisions should be recorded: configured, and the log level
+    lets the records through."""
+    return configured and logging.getLogger("kvrouter.decisions").isEnabledFor(logging.INFO)
+
+
 class DecisionLog:
-    def __init__(self, enabled: bool) -> None:
-        self.logger = logging.getLogger("kvrouter.decisions")
-        self.enabled = enabled and self.logger.isEnabledFor(logging.INFO)
+    def __init__(self) -> None:
         self._take: Callable[[], str] = str
 
     def read_from(self, take: Callable[[], str]) -> None:

@@ -27,7 +27,6 @@ from kvrouter.service.errors import ServiceError, invalid
 from kvrouter.service.proxied_request import ProxiedRequest
 from kvrouter.service.proxy_config import ProxyConfig
 from kvrouter.service.proxy_context import ProxyContext
-from kvrouter.service.round_robin import RoundRobinRouter
 from kvrouter.service.routing import MAX_REQUEST_ID_CHARS, RouterService
 from kvrouter.service.worker_calls import Deadline, RequestFailed
 from kvrouter.service.workers import WorkerTable
@@ -51,8 +50,6 @@ class GenerationProxy:
     ) -> None:
         proxy.validate()
         self.config = config
-        if proxy.policy == "round_robin":
-            policy = RoundRobinRouter(workers, config.block_size)
         credentials = Credentials.from_files(
             config.worker_token_file,
             config.worker_ca_file,

@@ -13,40 +13,19 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
-LATENCY_BUCKETS = (
-    1e-5,
-    2.5e-5,
-    5e-5,
-    7.5e-5,
-    1e-4,
-    1.5e-4,
-    2e-4,
-    3e-4,
-    5e-4,
-    7.5e-4,
-    1e-3,
-    1.5e-3,
-    2e-3,
-    3e-3,
-    5e-3,
-    1e-2,
-    5e-2,
-    0.25,
-    1.0,
-)
-RATIO_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
+from kvrouter import _core
+
 LAG_BUCKETS = (1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0, 5.0, 30.0)
 
 
-def histogram_family(
-    name: str, doc: str, bounds: tuple[float, ...], counts: list[int], total: float
-) -> HistogramMetricFamily:
-    """A histogram from per-bucket counts (+Inf last)."""
+def histogram_family(name: str, doc: str, histogram: _core.Histogram) -> HistogramMetricFamily:
+    """A histogram from the core's per-bucket counts (+Inf last)."""
     cumulative, running = [], 0
-    for bound, count in zip((*map(str, bounds), "+Inf"), counts, strict=True):
+    bounds = (*map(str, histogram.bounds), "+Inf")
+    for bound, count in zip(bounds, histogram.counts, strict=True):
         running += count
         cumulative.append((bound, running))
-    return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=total)
+    return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=histogram.sum)
 
 
 class DecisionStats:
@@ -54,42 +33,39 @@ class DecisionStats:
     time through `read_from`'s callable."""
 
     def __init__(self) -> None:
-        self._read: Callable[[], tuple] | None = None
+        self._read: Callable[[], _core.RouteStats] | None = None
 
-    def read_from(self, read: Callable[[], tuple]) -> None:
-        """`read()` returns (decisions as (worker, role, count), errors as
-        (code, count), latency (counts, sum), overlap (counts, sum))."""
+    def read_from(self, read: Callable[[], _core.RouteStats]) -> None:
+        """`read()` returns the router's `RouteStats` (`Router.stats`)."""
         self._read = read
 
     def collect(self):
         if self._read is None:
             return
-        decision_counts, error_counts, latency, overlap = self._read()
+        stats = self._read()
         decisions = CounterMetricFamily(
             "kvrouter_decisions",
             "Routing decisions by chosen worker and role",
             labels=["worker", "role"],
         )
-        for worker, role, count in decision_counts:
+        for worker, role, count in stats.decisions:
             decisions.add_metric([str(worker), role], count)
         errors = CounterMetricFamily(
             "kvrouter_route_errors", "Refused routing requests by status code", labels=["code"]
         )
-        for code, count in error_counts:
+        for code, count in stats.errors:
             errors.add_metric([code], count)
         yield decisions
         yield errors
         yield histogram_family(
             "kvrouter_routing_latency_seconds",
             "Time to decide one request, in the router",
-            LATENCY_BUCKETS,
-            *latency,
+            stats.latency,
         )
         yield histogram_family(
             "kvrouter_overlap_ratio",
             "Cached share of the prompt's blocks on the decode worker",
-            RATIO_BUCKETS,
-            *overlap,
+            stats.overlap,
         )
 
 

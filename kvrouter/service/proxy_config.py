@@ -9,14 +9,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-POLICIES = ("kv", "round_robin")
+# Deprecated, for one release: the policy is `[policy] policy`, for every
+# routing call. An old setting here still chooses it, under its new name.
+LEGACY_POLICIES = {"": "", "kv": "kvrouter", "round_robin": "round_robin"}
 
 
 @dataclass
 class ProxyConfig:
-    # "kv": the cache- and load-aware policy; "round_robin": prefill and decode
-    # workers in turn, always split (the baseline the demo and bench compare to).
-    policy: str = "kv"
+    # Deprecated alias of `[policy] policy` ("kv" is "kvrouter"); "" defers to it.
+    policy: str = ""
     # The deadline of a request whose client set none.
     default_timeout_s: float = 300.0
     # Longest a prefill (or the first token of an aggregated request) may take.
@@ -34,8 +35,8 @@ class ProxyConfig:
     release_timeout_s: float = 2.0
 
     def validate(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"proxy policy must be one of {', '.join(POLICIES)}")
+        if self.policy not in LEGACY_POLICIES:
+            raise ValueError("proxy policy must be kv or round_robin; set [policy] policy instead")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name != "policy" and value <= 0:

@@ -4,8 +4,9 @@ lifecycle reports that keep the policy's load book true.
 Route and RouteStream carry serialized messages: the Rust core parses the
 request, validates it, decides (hashing, index lookup, scoring, booking),
 builds the response and counts the decision for metrics and the decision
-log, in one call with the GIL released. This file maps refusals to status
-codes and logs them.
+log, in one call with the GIL released (`Router.route_wire`). This file maps
+refusals to status codes and logs them. `service_router` builds the router a
+service instance decides with, for every entry point.
 """
 
 from __future__ import annotations
@@ -16,21 +17,42 @@ import os
 
 import grpc
 
-from kvrouter._core import RouteRefused, WireRouter
+from kvrouter._core import PrefixIndex, RouteRefused
 from kvrouter.policy import Router
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 from kvrouter.service.config import ServiceConfig
-from kvrouter.service.decision_log import DecisionLog
+from kvrouter.service import decision_log
 from kvrouter.service.errors import ServiceError, invalid, not_found
-from kvrouter.service.metrics import LATENCY_BUCKETS, RATIO_BUCKETS, ServiceMetrics
+from kvrouter.service.metrics import ServiceMetrics
+from kvrouter.service.proxy_config import LEGACY_POLICIES
 from kvrouter.service.workers import WorkerTable
 
 log = logging.getLogger("kvrouter.service.routing")
 
 MAX_REQUEST_ID_CHARS = 256
 SERVICE = "kvrouter.v1.Router"
+
+
+def service_router(
+    index: PrefixIndex, config: ServiceConfig, *, share_bookings: bool = False
+) -> Router:
+    """The router a service instance decides with: its policy settings, its
+    limits on routing requests, and request ids of its own (`<random>-<n>`)."""
+    policy = config.policy
+    if config.proxy.policy:
+        policy = policy.replace(policy=LEGACY_POLICIES[config.proxy.policy])
+    return Router(
+        index,
+        policy,
+        id_prefix=os.urandom(4).hex(),
+        log_decisions=decision_log.wanted(config.log_decisions),
+        share_bookings=share_bookings,
+        max_prompt_tokens=config.max_prompt_tokens,
+        max_namespace_chars=config.max_namespace_chars,
+        max_request_id_chars=MAX_REQUEST_ID_CHARS,
+    )
 
 
 class RouterService(router_pb2_grpc.RouterServicer):
@@ -40,25 +62,9 @@ class RouterService(router_pb2_grpc.RouterServicer):
         self.router = router
         self.workers = workers
         self.config = config
-        self.decision_log = DecisionLog(config.log_decisions)
-        self.wire = WireRouter(
-            router.core,
-            router.index,
-            id_prefix=os.urandom(4).hex(),
-            max_prompt_tokens=config.max_prompt_tokens,
-            max_namespace_chars=config.max_namespace_chars,
-            max_request_id_chars=MAX_REQUEST_ID_CHARS,
-            approximate_ttl_s=router.config.approximate_ttl_s,
-            latency_buckets=LATENCY_BUCKETS,
-            overlap_buckets=RATIO_BUCKETS,
-            log_decisions=self.decision_log.enabled,
-        )
-        self.decision_log.read_from(self.wire.take_decision_lines)
-        metrics.routing.read_from(self.wire.stats)
-        workers.add_directory(self.wire)
-        self._clock = router.clock
-        # Router replicas share each booking with their peers.
-        self._share_booking = getattr(router, "routed", None)
+        self.decision_log = decision_log.DecisionLog()
+        self.decision_log.read_from(router.take_decision_lines)
+        metrics.routing.read_from(router.stats)
         self._streams: set[asyncio.Task] = set()
 
     def add_to_server(self, server) -> None:
@@ -85,9 +91,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
         RouteResponse and the request id. Raises RouteRefused, with args
         (status code name, message, request id)."""
         try:
-            response, request_id, decode, prefill, prefill_tokens, blocks = self.wire.route(
-                request, self._clock()
-            )
+            return self.router.route_wire(request)
         except RouteRefused as e:
             code, message, request_id = e.args
             log.log(
@@ -96,9 +100,6 @@ class RouterService(router_pb2_grpc.RouterServicer):
                 extra={"fields": {"request_id": request_id, "code": code, "error": message}},
             )
             raise
-        if self._share_booking is not None:
-            self._share_booking(request_id, decode, prefill, prefill_tokens, blocks)
-        return response, request_id
 
     async def Route(self, request: bytes, context) -> bytes:
         if _expired(context):
@@ -146,16 +147,12 @@ class RouterService(router_pb2_grpc.RouterServicer):
     def report(self, request_id: str, event: int) -> None:
         if not request_id:
             raise invalid("request_id is required")
-        handler = {
-            pb.LIFECYCLE_EVENT_PREFILL_DONE: self.router.prefill_done,
-            pb.LIFECYCLE_EVENT_FINISHED: self.router.finished,
-            pb.LIFECYCLE_EVENT_CANCELLED: self.router.cancelled,
-        }.get(event)
-        if handler is None:
+        if event == pb.LIFECYCLE_EVENT_PREFILL_DONE:
+            # A repeated or late prefill report frees nothing twice: not an error.
+            self.router.prefill_done(request_id)
+        elif event not in (pb.LIFECYCLE_EVENT_FINISHED, pb.LIFECYCLE_EVENT_CANCELLED):
             raise invalid("event must be PREFILL_DONE, FINISHED or CANCELLED")
-        # The policy answers False for a request it has not booked (None when
-        # it does not say).
-        if handler(request_id) is False:
+        elif not self.router.finished(request_id):
             raise not_found(f"request {request_id!r} is not in flight")
         log.info(
             "lifecycle",

@@ -24,11 +24,13 @@ from kvrouter._core import PrefixIndex
 from kvrouter.net import auth, logs, tls
 from kvrouter.policy import Router
 from kvrouter.proto_gen import router_pb2, router_pb2_grpc
+from kvrouter.service import decision_log
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.events import EventIngest
 from kvrouter.service.generate import GenerationProxy, ProxyingRouterService
 from kvrouter.service.metrics import ServiceMetrics
 from kvrouter.service.registry import RegistryService
+from kvrouter.service.routing import service_router
 from kvrouter.service.workers import WorkerTable
 
 log = logging.getLogger("kvrouter.service.server")
@@ -64,18 +66,22 @@ class RouterServer:
     """One router instance. `await start()`, then `await stop()`."""
 
     def __init__(
-        self, config: ServiceConfig, *, index: PrefixIndex | None = None, policy=None
+        self,
+        config: ServiceConfig,
+        *,
+        index: PrefixIndex | None = None,
+        policy: Router | None = None,
     ) -> None:
         """`index` and `policy` replace the ones the router builds itself: a
         router replica passes the index it feeds from the NATS event stream
-        and its `SharedLoadRouter`. An index passed in is the caller's to
+        and its router, whose book holds its peers' bookings. An index passed in is the caller's to
         feed, restore and snapshot, so this server then refuses KV events over
         gRPC and leaves departing workers' entries in it."""
         config.validate()
         self.config = config
         self.owns_index = index is None
         self.index = _load_index(config) if index is None else index
-        self.policy = Router(self.index, config.policy) if policy is None else policy
+        self.policy = service_router(self.index, config) if policy is None else policy
         if self.policy.index is not self.index or self.index.block_size != config.block_size:
             raise ValueError(
                 f"the policy must route over the index, of block size {config.block_size}"
@@ -157,7 +163,7 @@ class RouterServer:
         if self.config.metrics_listen:
             self._metrics_http, self.metrics_port = self.metrics.serve(self.config.metrics_listen)
         self._tasks.append(asyncio.create_task(self._expire_loop()))
-        if self.routing.decision_log.enabled:
+        if decision_log.wanted(self.config.log_decisions):
             self._tasks.append(asyncio.create_task(self.routing.decision_log.run()))
         if self.owns_index and self.index.stats()["workers"]:
             self._tasks.append(asyncio.create_task(self._forget_unclaimed()))

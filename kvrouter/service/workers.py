@@ -46,7 +46,6 @@ class WorkerTable:
         # replica's does; dropping a worker's entries here would set it apart.
         self.owns_index = owns_index
         self._workers: dict[int, WorkerRecord] = {}
-        self._directories: list = []
 
     def __contains__(self, worker_id: int) -> bool:
         return worker_id in self._workers
@@ -71,13 +70,6 @@ class WorkerTable:
         record = self._workers.get(worker_id)
         return record.role if record is not None else ""
 
-    def add_directory(self, directory) -> None:
-        """Keeps `directory` (set_worker(id, role, address), remove_worker(id))
-        in step with the registered workers."""
-        self._directories.append(directory)
-        for record in self._workers.values():
-            directory.set_worker(record.worker_id, record.role, record.address)
-
     def next_id(self) -> int:
         return max(self._workers, default=0) + 1
 
@@ -96,11 +88,11 @@ class WorkerTable:
         previous = self._workers.get(record.worker_id)
         if previous is not None:
             record.stale = previous.stale
-        self.router.upsert_worker(record.worker_id, record.role, record.capacity_blocks)
+        self.router.upsert_worker(
+            record.worker_id, record.role, record.capacity_blocks, record.address
+        )
         self.router.set_healthy(record.worker_id, not record.stale)
         self._workers[record.worker_id] = record
-        for directory in self._directories:
-            directory.set_worker(record.worker_id, record.role, record.address)
         log.info(
             "worker registered",
             extra={
@@ -130,8 +122,6 @@ class WorkerTable:
         self.get(worker_id)
         del self._workers[worker_id]
         self.router.remove_worker(worker_id)
-        for directory in self._directories:
-            directory.remove_worker(worker_id)
         self.drop_index_entries(worker_id)
         log.info("worker removed", extra={"fields": {"worker_id": worker_id, "reason": reason}})
 

@@ -58,9 +58,9 @@ impl Baseline {
     ) -> Vec<WorkerId> {
         let n = eligible.len();
         let first = match self.kind {
+            // Both sides of a request take the same turn: P and D in step.
             PolicyName::RoundRobin => {
                 let start = (self.turn % n as u64) as usize;
-                self.turn += 1;
                 return (0..n).map(|i| eligible[(start + i) % n]).collect();
             }
             PolicyName::Random => (self.rng.next_u64() % n as u64) as usize,
@@ -121,6 +121,7 @@ impl RoutingPolicy for Baseline {
         } else {
             self.rank(pool, &prefill_pool, request, overlaps)
         };
+        self.turn += 1;
         let prefill_worker = prefill.first().copied();
         let prefilling = prefill_worker.unwrap_or(decode[0]);
         let cached = u64::from(overlap_of(overlaps, prefilling).total()) * request.block_size;

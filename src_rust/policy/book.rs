@@ -156,9 +156,15 @@ impl LoadBook {
         book.len()
     }
 
-    /// Requests booked by peer replicas.
-    pub fn remote_len(&self) -> usize {
-        self.remote.values().map(HashMap::len).sum()
+    /// Requests the peer replica has booked here.
+    pub fn remote_len(&self, replica: &str) -> usize {
+        self.remote.get(replica).map_or(0, HashMap::len)
+    }
+
+    pub fn contains_remote(&self, replica: &str, request_id: &str) -> bool {
+        self.remote
+            .get(replica)
+            .is_some_and(|book| book.contains_key(request_id))
     }
 
     /// Drops bookings routed before `horizon_ms`: their finish report was
@@ -326,12 +332,13 @@ mod tests {
         assert!(book.release_remote("peer", "a"));
         assert!(!book.release_remote("peer", "a"));
         assert!(book.contains("a"), "a peer's release leaves the own booking");
+        assert!(book.contains_remote("peer", "b") && !book.contains_remote("peer", "a"));
         book.replace_remote("peer", vec![("c".into(), booking(3, 3, 0))]);
         assert_eq!(book.booked(WorkerId(2)), Booked::default());
         assert_eq!(book.booked(WorkerId(3)).requests, 1);
         assert_eq!(book.drop_replica("peer"), 1);
         assert_eq!(book.booked(WorkerId(3)), Booked::default());
-        assert_eq!(book.remote_len(), 0);
+        assert_eq!(book.remote_len("peer"), 0);
     }
 
     #[test]

@@ -202,6 +202,12 @@ impl PyRouter {
         self.router.block_size()
     }
 
+    /// False when the policy never looks at the index.
+    #[getter]
+    fn uses_index(&self) -> bool {
+        self.router.uses_index()
+    }
+
     // -- the registry
 
     /// Adds or updates a worker; `address` is what responses name.
@@ -487,9 +493,15 @@ impl PyRouter {
             .with_pool(|pool| pool.book_mut().drop_replica(replica))
     }
 
-    /// Requests booked by peer replicas.
-    fn remote_bookings(&self) -> usize {
-        self.router.with_pool(|pool| pool.book().remote_len())
+    /// Requests the peer replica has booked here.
+    fn remote_bookings(&self, replica: &str) -> usize {
+        self.router.with_pool(|pool| pool.book().remote_len(replica))
+    }
+
+    /// Whether the peer replica's request is booked here.
+    fn knows_remote(&self, replica: &str, request_id: &str) -> bool {
+        self.router
+            .with_pool(|pool| pool.book().contains_remote(replica, request_id))
     }
 }
 

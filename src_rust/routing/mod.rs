@@ -139,6 +139,12 @@ impl Router {
         self.block_size
     }
 
+    /// False when the policy never looks at the index (round robin, random,
+    /// least loaded): routing then skips the lookup.
+    pub fn uses_index(&self) -> bool {
+        self.uses_index
+    }
+
     pub fn config(&self) -> PolicyConfig {
         self.policy.lock().config.clone()
     }

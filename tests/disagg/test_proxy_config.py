@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from kvrouter._core import PrefixIndex
-from kvrouter.policy import NoWorkerAvailable, Router
+from kvrouter.policy import NoWorkerAvailable, PolicyConfig, Router
 from kvrouter.service.config import load
 from kvrouter.service.proxy_config import ProxyConfig
-from kvrouter.service.round_robin import RoundRobinRouter
+from kvrouter.service.routing import service_router
 from kvrouter.service.workers import WorkerRecord, WorkerTable
 
 
@@ -36,8 +36,8 @@ def test_bad_settings_are_refused(env):
 
 def test_round_robin_takes_workers_in_turn():
     index = PrefixIndex(16)
-    table = WorkerTable(Router(index), index, heartbeat_ttl_s=5.0)
-    baseline = RoundRobinRouter(table, 16)
+    baseline = Router(index, PolicyConfig(policy="round_robin"))
+    table = WorkerTable(baseline, index, heartbeat_ttl_s=5.0)
     with pytest.raises(NoWorkerAvailable):
         baseline.route("none", [1, 2, 3])
     for worker_id, role in [(1, "prefill"), (2, "prefill"), (3, "decode"), (4, "decode")]:
@@ -52,3 +52,9 @@ def test_round_robin_takes_workers_in_turn():
     assert all(d.disaggregated and d.num_blocks == 2 for d in decisions)
     # Retries go to the next worker in turn.
     assert [c.worker_id for c in decisions[0].explanation.decode_candidates] == [3, 4]
+
+
+def test_the_old_proxy_policy_setting_still_chooses_the_policy():
+    config = load(env={"KVROUTER_PROXY_POLICY": "round_robin"})
+    router = service_router(PrefixIndex(16), config)
+    assert router.config.policy == "round_robin" and not router.uses_index

@@ -6,11 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 from kvrouter._core import PrefixIndex
-from kvrouter.policy import Router
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.events import EventIngest
 from kvrouter.service.metrics import ServiceMetrics
-from kvrouter.service.routing import RouterService
+from kvrouter.service.routing import RouterService, service_router
 from kvrouter.service.workers import WorkerRecord, WorkerTable
 
 BLOCK = 4
@@ -22,7 +21,7 @@ class ServiceState:
         defaults = dict(block_size=BLOCK, log_decisions=False, max_prompt_tokens=64)
         self.config = dataclasses.replace(ServiceConfig(), **{**defaults, **config})
         self.index = PrefixIndex(BLOCK)
-        self.policy = Router(self.index, self.config.policy)
+        self.policy = service_router(self.index, self.config)
         self.metrics = ServiceMetrics()
         self.workers = WorkerTable(self.policy, self.index, self.config.heartbeat_ttl_s)
         self.workers.register(WorkerRecord(WORKER, "both", "w1:1", BLOCK, 10_000))

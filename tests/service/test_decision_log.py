@@ -30,17 +30,17 @@ def captured(request):
 
 
 def decide_two(log: DecisionLog) -> None:
-    router, wire = deployment(PolicyConfig())
-    log.read_from(wire.take_decision_lines)
+    router = deployment(PolicyConfig())
+    log.read_from(router.take_decision_lines)
     for request_id in ('r"1 \u00e9', "r2"):
         request = pb.RouteRequest(request_id=request_id, tokens=CACHED, namespace="m")
-        wire.route(request.SerializeToString(), router.clock())
+        router.route_wire(request.SerializeToString())
     log.flush()
 
 
 def test_lines_are_json_with_every_field(captured):
     stream = captured("json")
-    decide_two(DecisionLog(enabled=True))
+    decide_two(DecisionLog())
     first, second = (json.loads(line) for line in stream.getvalue().splitlines())
     assert first["request_id"] == 'r"1 \u00e9' and second["request_id"] == "r2"
     assert first["msg"] == "routed" and first["logger"] == "kvrouter.decisions"
@@ -51,7 +51,7 @@ def test_lines_are_json_with_every_field(captured):
 
 def test_text_lines_carry_the_same_fields(captured):
     stream = captured("text")
-    decide_two(DecisionLog(enabled=True))
+    decide_two(DecisionLog())
     first, second = stream.getvalue().splitlines()
     assert 'kvrouter.decisions: routed request_id=r"1 \u00e9 decode_worker=' in first
     assert "request_id=r2" in second and "prefill_worker=None" in second
@@ -59,7 +59,7 @@ def test_text_lines_carry_the_same_fields(captured):
 
 def test_flushing_twice_writes_each_decision_once(captured):
     stream = captured("json")
-    log = DecisionLog(enabled=True)
+    log = DecisionLog()
     decide_two(log)
     log.flush()
     assert len(stream.getvalue().splitlines()) == 2

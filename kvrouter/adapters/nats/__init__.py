@@ -5,9 +5,10 @@ Bridges from vLLM/SGLang engines (`EngineBridge`) and kvrouter workers
 (`JetStreamSink`, `ensure_stream`) that every router replica consumes
 (`kvrouter.service.replicas`). The single-router default needs none of this.
 
-`IndexReplica`, `RouterReplica` and `SharedLoadRouter` moved to
-`kvrouter.service.replicas`; importing them from here still works for one
-release.
+`IndexReplica` and `RouterReplica` moved to `kvrouter.service.replicas`;
+importing them from here still works for one release. (`SharedLoadRouter` is
+gone: replicas share bookings through the core's load book, see
+`kvrouter.service.replicas.BookingExchange`.)
 """
 
 from kvrouter.adapters.nats.bridge import EngineBridge
@@ -19,7 +20,7 @@ from kvrouter.adapters.nats.worker_publisher import JetStreamWorkerPublisher
 __all__ = ["EngineBridge", "JetStreamSink", "JetStreamWorkerPublisher", "NatsConfig",
            "ensure_stream"]
 
-_MOVED_TO_SERVICE = frozenset({"IndexReplica", "RouterReplica", "SharedLoadRouter"})
+_MOVED_TO_SERVICE = frozenset({"IndexReplica", "RouterReplica"})
 
 
 def __getattr__(name: str):

@@ -2,16 +2,16 @@
 
 Every replica consumes the event stream durably into its own index
 (`IndexReplica`), resuming from its snapshot and stream position after a
-restart; replicas share their routing decisions (`SharedLoadRouter`).
+restart; replicas share their routing decisions (`BookingExchange`).
 `RouterReplica` puts the two together and `ReplicaServer` serves one over
 the router's gRPC API (`kvrouter serve --nats`). The NATS transport itself
 (stream, codec, publishers) is `kvrouter.adapters.nats`. The single-router
 default needs none of this.
 """
 
-from kvrouter.service.replicas.load_share import SharedLoadRouter
+from kvrouter.service.replicas.load_share import BookingExchange
 from kvrouter.service.replicas.replica import IndexReplica
 from kvrouter.service.replicas.replica_server import ReplicaServer
 from kvrouter.service.replicas.router_replica import RouterReplica
 
-__all__ = ["IndexReplica", "ReplicaServer", "RouterReplica", "SharedLoadRouter"]
+__all__ = ["BookingExchange", "IndexReplica", "ReplicaServer", "RouterReplica"]

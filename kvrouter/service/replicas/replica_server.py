@@ -22,6 +22,7 @@ from kvrouter.adapters.nats.config import NatsConfig, check_name
 from kvrouter.net import logs
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.replicas.router_replica import RouterReplica
+from kvrouter.service.routing import service_router
 from kvrouter.service.server import RouterServer
 
 
@@ -49,6 +50,7 @@ class ReplicaServer:
             block_size=config.block_size,
             max_blocks=config.max_index_blocks or None,
             snapshot_path=config.snapshot_path or None,
+            make_router=lambda index: service_router(index, config, share_bookings=True),
         )
         self.server: RouterServer | None = None
         self._stopped = False

@@ -1,27 +1,32 @@
 """A complete router replica on NATS: its own index fed from the event
-stream, and a routing policy whose load book is shared with the other
-replicas."""
+stream, and a router whose load book also holds the other replicas'
+bookings."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import nats
 
 from kvrouter.adapters.nats.config import NatsConfig
+from kvrouter._core import PrefixIndex
 from kvrouter.policy import PolicyConfig, Router
-from kvrouter.service.replicas.load_share import SharedLoadRouter
+from kvrouter.service.replicas.load_share import BookingExchange
 from kvrouter.service.replicas.replica import IndexReplica
 
 
 class RouterReplica:
     """`async with RouterReplica(config, "router-a") as replica:` then route
-    with `replica.router` (a `SharedLoadRouter`) and read `replica.index`."""
+    with `replica.router` (a `kvrouter.policy.Router`) and read `replica.index`.
+    `make_router(index)` builds the router; it must pass `share_bookings=True`
+    (by default, a Router with the `policy` settings)."""
 
     def __init__(self, config: NatsConfig, name: str, *, policy: PolicyConfig | None = None,
                  block_size: int = 16, max_blocks: int | None = None,
                  snapshot_path: str | Path | None = None,
-                 snapshot_interval_s: float = 30.0, book_interval_s: float = 2.0) -> None:
+                 snapshot_interval_s: float = 30.0, book_interval_s: float = 2.0,
+                 make_router: Callable[[PrefixIndex], Router] | None = None) -> None:
         self.config = config
         self.name = name
         self.policy = policy
@@ -32,7 +37,10 @@ class RouterReplica:
         self.book_interval_s = book_interval_s
         self.nc = None
         self.events: IndexReplica | None = None
-        self.router: SharedLoadRouter | None = None
+        self.make_router = make_router or (
+            lambda index: Router(index, policy, share_bookings=True))
+        self.router: Router | None = None
+        self.exchange: BookingExchange | None = None
 
     @property
     def index(self):
@@ -45,14 +53,14 @@ class RouterReplica:
                                    snapshot_interval_s=self.snapshot_interval_s)
         await self.events.start()
         # The router reads the index the replica restored or created.
-        self.router = SharedLoadRouter(Router(self.events.index, self.policy), self.nc,
-                                       self.config, self.name,
-                                       book_interval_s=self.book_interval_s)
-        await self.router.start()
+        self.router = self.make_router(self.events.index)
+        self.exchange = BookingExchange(self.router, self.nc, self.config, self.name,
+                                        book_interval_s=self.book_interval_s)
+        await self.exchange.start()
 
     async def stop(self, snapshot: bool = True) -> None:
-        if self.router is not None:
-            await self.router.stop()
+        if self.exchange is not None:
+            await self.exchange.stop()
         if self.events is not None:
             await self.events.stop(snapshot=snapshot)
         if self.nc is not None:
