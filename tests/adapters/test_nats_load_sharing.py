@@ -56,7 +56,7 @@ def test_alternating_replicas_spread_like_one_router(nats_url):
             replica, other = (a, b) if i % 2 == 0 else (b, a)
             shared[replica.router.route(f"r{i}", prompt(i)).decode_worker] += 1
             await until(
-                lambda i=i, r=replica, o=other: o.router.knows(r.name, f"r{i}"),
+                lambda i=i, r=replica, o=other: o.router.knows_remote(r.name, f"r{i}"),
                 f"r{i} to reach the other replica",
             )
             alone[single.route(f"r{i}", prompt(i)).decode_worker] += 1
@@ -65,7 +65,7 @@ def test_alternating_replicas_spread_like_one_router(nats_url):
             (a if i % 2 == 0 else b).router.finished(f"r{i}")
         for replica, other in ((a, b), (b, a)):
             await until(
-                lambda r=replica, o=other: not o.router.books.get(r.name),
+                lambda r=replica, o=other: not o.router.remote_bookings(r.name),
                 "finished requests to reach the other replica",
             )
         for replica in (a, b):
@@ -98,7 +98,7 @@ def test_concurrent_routing_through_both_replicas_spreads_the_load(nats_url):
         await asyncio.gather(client(a, range(0, 64, 2)), client(b, range(1, 64, 2)))
         for replica, other in ((a, b), (b, a)):
             await until(
-                lambda r=replica, o=other: len(o.router.books.get(r.name, {})) == 32,
+                lambda r=replica, o=other: o.router.remote_bookings(r.name) == 32,
                 "every booking to reach the other replica",
             )
         assert spread(Counter(chosen.values())) <= 2

@@ -188,7 +188,7 @@ def test_concurrent_routing_through_both_replicas_spreads_the_load(nats_url):
                     # Each client waits for the other replica to hear of its
                     # decision, so at most one decision at a time goes unseen.
                     await until(
-                        lambda r=request_id: other.policy.knows(replica.name, r),
+                        lambda r=request_id: other.policy.knows_remote(replica.name, r),
                         f"{request_id} to reach {other.name}",
                     )
 
@@ -199,7 +199,7 @@ def test_concurrent_routing_through_both_replicas_spreads_the_load(nats_url):
             counts = Counter(chosen.values())
             assert max(counts[w] for w in workers) - min(counts[w] for w in workers) <= 2
             for replica, other in ((a, b), (b, a)):
-                assert len(other.policy.books[replica.name]) == 32
+                assert other.policy.remote_bookings(replica.name) == 32
             # Each policy scores with the load booked through both replicas:
             # every prompt uncached (whichever way its tokens were sent) and
             # every request's blocks.
@@ -217,7 +217,7 @@ def test_concurrent_routing_through_both_replicas_spreads_the_load(nats_url):
                 )
             for replica, other in ((a, b), (b, a)):
                 await until(
-                    lambda r=replica, o=other: not o.policy.books.get(r.name),
+                    lambda r=replica, o=other: not o.policy.remote_bookings(r.name),
                     f"{replica.name}'s finished requests to reach {other.name}",
                 )
             with pytest.raises(grpc.aio.AioRpcError) as refused:
