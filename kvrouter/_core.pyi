@@ -1,8 +1,10 @@
 """Type stubs for kvrouter._core, the Rust core: block hashing, KV events,
-the prefix index, and the routing policy's scoring core and Route RPC."""
+the prefix index, and the router: the routing decision (lookup, policy,
+load book, predictions, stats, decision records) for prompts and for
+serialized RouteRequests."""
 
 import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, final
 
 from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
@@ -20,8 +22,14 @@ __all__ = [
     "ApplyOutcome",
     "OverlapScores",
     "PrefixIndex",
-    "RoutingCore",
-    "WireRouter",
+    "PolicyConfig",
+    "Candidate",
+    "Explanation",
+    "Decision",
+    "Booking",
+    "Histogram",
+    "RouteStats",
+    "Router",
     "check_namespace",
     "prompt_length",
     "RouteRefused",
@@ -187,40 +195,212 @@ class NoWorkerAvailable(RuntimeError):
     """No healthy worker can take the request (none registered, all
     unhealthy, or none with room for the prompt)."""
 
-# (worker, device, host, disk, (queue_ms, prefill_ms, reload_ms, decode_ms,
-#  transfer_ms, overflow_ms, congestion_ms), active_requests, overloaded)
-CostRow = tuple[float, float, float, float, float, float, float]
-CandidateRow = tuple[int, int, int, int, CostRow, int, bool]
+PolicyName: TypeAlias = Literal[
+    "kvrouter", "round_robin", "random", "least_loaded", "overlap_only", "dynamo"
+]
 
-class RoutingCore:
-    """The routing policy's scoring and load book (see kvrouter.policy.Router)."""
+@final
+class PolicyConfig:
+    """The routing policy's settings; defaults are the core's. What each
+    means: docs/routing.md. Raises ValueError for a setting out of range,
+    TypeError for an unknown one."""
 
-    def __init__(
-        self,
-        block_size: int,
+    policy: str
+    prefill_base_ms: float
+    prefill_ms_per_token: float
+    attention_ms_per_token2: float
+    decode_ms_per_block: float
+    host_reload_ms_per_block: float
+    disk_reload_ms_per_block: float
+    transfer_ms_per_block: float
+    max_batched_tokens: int
+    calibrate: bool
+    calibration_alpha: float
+    temperature: float
+    tie_tolerance: float
+    overload_factor: float
+    congestion_weight: float
+    seed: int
+    local_prefill_max_tokens: int
+    prefill_saturation_ms: float
+    stale_after_s: float
+    approximate_ttl_s: float
+    def __new__(cls, **settings: Any) -> Self: ...
+    def replace(self, **settings: Any) -> PolicyConfig:
+        """A copy with some settings changed."""
+    def validate(self) -> None: ...
+    @staticmethod
+    def fields() -> list[tuple[str, Literal["str", "float", "int", "bool"]]]:
+        """Every setting's name and Python type name."""
+    @staticmethod
+    def policies() -> list[PolicyName]: ...
+    def to_dict(self) -> dict[str, Any]: ...
+    def __copy__(self) -> PolicyConfig: ...
+    def __deepcopy__(self, memo: Any) -> PolicyConfig: ...
+    def __reduce__(self) -> tuple[Any, tuple[()]]: ...
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class Candidate:
+    """One worker as the policy scored it for one request."""
+
+    @property
+    def worker_id(self) -> int: ...
+    @property
+    def overlap_device(self) -> int: ...
+    @property
+    def overlap_host(self) -> int: ...
+    @property
+    def overlap_disk(self) -> int: ...
+    @property
+    def overlap(self) -> int: ...
+    @property
+    def cost_ms(self) -> float:
+        """Predicted time to first token if chosen: the sum of the parts."""
+    @property
+    def queue_ms(self) -> float: ...
+    @property
+    def prefill_ms(self) -> float: ...
+    @property
+    def reload_ms(self) -> float: ...
+    @property
+    def decode_ms(self) -> float: ...
+    @property
+    def transfer_ms(self) -> float: ...
+    @property
+    def overflow_ms(self) -> float: ...
+    @property
+    def congestion_ms(self) -> float: ...
+    @property
+    def active_requests(self) -> int: ...
+    @property
+    def overloaded(self) -> bool: ...
+    def to_dict(self) -> dict[str, Any]: ...
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class Explanation:
+    """The candidates with their overlaps and predicted costs, and why the
+    winner won. In a split, decode candidates' costs include the prefill."""
+
+    @property
+    def reason(self) -> str: ...
+    @property
+    def decode_candidates(self) -> list[Candidate]: ...
+    @property
+    def prefill_candidates(self) -> list[Candidate]: ...
+    def decode_candidate(self, worker_id: int | None) -> Candidate | None: ...
+    def prefill_candidate(self, worker_id: int | None) -> Candidate | None: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
+@final
+class Decision:
+    """Where a request goes; `prefill_worker` is None when the decode worker
+    prefills the prompt itself."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def decode_worker(self) -> int: ...
+    @property
+    def prefill_worker(self) -> int | None: ...
+    @property
+    def disaggregated(self) -> bool: ...
+    @property
+    def num_blocks(self) -> int: ...
+    @property
+    def prefill_tokens(self) -> int: ...
+    @property
+    def predicted_ttft_ms(self) -> float: ...
+    @property
+    def explanation(self) -> Explanation: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
+@final
+class Booking:
+    """One request's load as a router booked it, shared with peer replicas."""
+
+    @property
+    def prefill_worker(self) -> int: ...
+    @property
+    def decode_worker(self) -> int: ...
+    @property
+    def prefill_tokens(self) -> int: ...
+    @property
+    def decode_blocks(self) -> int: ...
+    @property
+    def prefill_open(self) -> bool: ...
+    def __new__(
+        cls,
+        prefill_worker: int,
+        decode_worker: int,
+        prefill_tokens: int,
+        decode_blocks: int,
+        prefill_open: bool = True,
+    ) -> Self: ...
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class Histogram:
+    """Bucket counts as Prometheus reads them; `counts` has one more entry
+    than `bounds`, for +Inf."""
+
+    @property
+    def bounds(self) -> list[float]: ...
+    @property
+    def counts(self) -> list[int]: ...
+    @property
+    def sum(self) -> float: ...
+
+@final
+class RouteStats:
+    """A router's figures so far."""
+
+    @property
+    def decisions(self) -> list[tuple[int, Literal["decode", "prefill"], int]]: ...
+    @property
+    def errors(self) -> list[tuple[Literal["INVALID_ARGUMENT", "INTERNAL", "UNAVAILABLE"], int]]: ...
+    @property
+    def latency(self) -> Histogram: ...
+    @property
+    def overlap(self) -> Histogram: ...
+
+BookingChange: TypeAlias = tuple[Literal["routed", "prefill_done", "released"], str, Booking | None]
+
+@final
+class Router:
+    """The routing decision over an index: `route` (a prompt in, a Decision
+    out) and `route_wire` (RouteRequest bytes in, RouteResponse bytes out)
+    decide through the same core call with the GIL released, and both are
+    counted in `stats` and the decision log. Thread-safe."""
+
+    def __new__(
+        cls,
+        index: PrefixIndex,
+        config: PolicyConfig | None = None,
         *,
-        prefill_base_ms: float,
-        prefill_ms_per_token: float,
-        attention_ms_per_token2: float,
-        decode_ms_per_block: float,
-        host_reload_ms_per_block: float,
-        disk_reload_ms_per_block: float,
-        transfer_ms_per_block: float,
-        max_batched_tokens: float,
-        temperature: float,
-        tie_tolerance: float,
-        overload_factor: float,
-        calibrate: bool,
-        calibration_alpha: float,
-        seed: int,
-        local_prefill_max_tokens: int,
-        prefill_saturation_ms: float,
-        stale_after_s: float,
-        congestion_weight: float,
+        clock: Callable[[], float] | None = None,
+        id_prefix: str = "r",
+        log_decisions: bool = False,
+        share_bookings: bool = False,
+        max_prompt_tokens: int | None = None,
+        max_namespace_chars: int | None = None,
+        max_request_id_chars: int | None = None,
+    ) -> Self: ...
+    @property
+    def index(self) -> PrefixIndex: ...
+    @property
+    def config(self) -> PolicyConfig:
+        """A copy of the settings in force."""
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def uses_index(self) -> bool: ...
+    def upsert_worker(
+        self, worker_id: int, role: str, capacity_blocks: int, address: str = ...
     ) -> None: ...
-    def upsert_worker(self, worker_id: int, role: str, capacity_blocks: int) -> None: ...
     def remove_worker(self, worker_id: int) -> list[str]:
-        """Returns the ids of the requests that were booked on the worker."""
+        """Forgets the worker; returns the ids of requests booked on it."""
     def set_healthy(self, worker_id: int, healthy: bool) -> None: ...
     def report_load(
         self,
@@ -229,33 +409,43 @@ class RoutingCore:
         active_decode_blocks: int,
         active_requests: int,
     ) -> None: ...
+    def report_prefill_timing(
+        self, new_tokens: float, cached_tokens: float, duration_ms: float
+    ) -> None: ...
+    def report_decode_step(self, active_blocks: float, duration_ms: float) -> None: ...
+    def report_transfer(self, blocks: float, duration_ms: float) -> None: ...
+    def coefficients(self) -> dict[str, float]: ...
+    def load(self, worker_id: int) -> tuple[int, int, int]:
+        """(queued prefill tokens, active decode blocks, active requests) as scored."""
     def route(
         self,
-        index: PrefixIndex,
         request_id: str,
         tokens: Tokens | None = None,
+        namespace: str = "",
         *,
         hashes: Hashes | None = None,
         num_tokens: int | None = None,
-        namespace: str = "",
-        now_s: float,
-        approximate_ttl_s: float = 0.0,
-    ) -> tuple[int, int | None, float, int, int, str, list[CandidateRow], list[CandidateRow]]:
-        """Looks the prompt (tokens, or block hashes) up in `index`, scores all
-        candidates and books the winner(s), in one call with the GIL released:
-        (decode_worker, prefill_worker, predicted_ttft_ms, prefill_tokens,
-        num_blocks, reason, decode candidates, prefill candidates). With a
-        positive approximate_ttl_s the chosen workers are recorded in the
-        index as soon-to-hold the prompt. Raises NoWorkerAvailable, or
-        ValueError for a request id already booked."""
+    ) -> Decision:
+        """Picks the workers and books the load. Raises NoWorkerAvailable,
+        or ValueError for a request id in flight."""
+    def route_wire(self, request: bytes) -> tuple[bytes, str]:
+        """(serialized RouteResponse, request id); raises RouteRefused."""
     def prefill_done(self, request_id: str) -> bool: ...
-    def release(self, request_id: str) -> bool: ...
-    def observe_prefill(self, new_tokens: float, cached_tokens: float, ms: float) -> None: ...
-    def observe_decode_step(self, active_blocks: float, ms: float) -> None: ...
-    def observe_transfer(self, blocks: float, ms: float) -> None: ...
-    def load(self, worker_id: int) -> tuple[int, int, int]: ...
-    def coefficients(self) -> dict[str, float]: ...
+    def finished(self, request_id: str) -> bool: ...
+    def cancelled(self, request_id: str) -> bool: ...
     def __len__(self) -> int: ...
+    def stats(self) -> RouteStats: ...
+    def take_decision_lines(self) -> str:
+        """JSON lines of the decisions made since the last call."""
+    def take_booking_changes(self) -> list[BookingChange]: ...
+    def own_bookings(self) -> list[tuple[str, Booking]]: ...
+    def book_remote(self, replica: str, request_id: str, booking: Booking) -> None: ...
+    def remote_prefill_done(self, replica: str, request_id: str) -> bool: ...
+    def release_remote(self, replica: str, request_id: str) -> bool: ...
+    def replace_remote(self, replica: str, bookings: list[tuple[str, Booking]]) -> None: ...
+    def drop_replica(self, replica: str) -> int: ...
+    def remote_bookings(self, replica: str) -> int: ...
+    def knows_remote(self, replica: str, request_id: str) -> bool: ...
 
 class RouteRefused(Exception):
     """A routing request the router turns down. args: (code, message,
@@ -269,46 +459,3 @@ def prompt_length(tokens: int, packed_bytes: int, max_tokens: int) -> int:
 def check_namespace(namespace: str, max_chars: int) -> None:
     """Raises ValueError unless the namespace is printable and at most
     `max_chars` characters long."""
-
-class WireRouter:
-    """The Route RPC in the core: a serialized kvrouter.v1.RouteRequest in,
-    a serialized RouteResponse out, with metrics and decision-log records
-    kept until read."""
-
-    def __init__(
-        self,
-        core: RoutingCore,
-        index: PrefixIndex,
-        *,
-        id_prefix: str,
-        max_prompt_tokens: int,
-        max_namespace_chars: int,
-        max_request_id_chars: int,
-        approximate_ttl_s: float,
-        latency_buckets: Sequence[float],
-        overlap_buckets: Sequence[float],
-        log_decisions: bool,
-    ) -> None: ...
-    def set_worker(self, worker_id: int, role: str, address: str) -> None:
-        """Names a worker's role and address in responses."""
-    def remove_worker(self, worker_id: int) -> None: ...
-    def route(
-        self, request: bytes, now_s: float
-    ) -> tuple[bytes, str, int, int | None, int, int]:
-        """Validates, decides and books, with the GIL released: (response,
-        request_id, decode_worker, prefill_worker, prefill_tokens,
-        num_blocks). `now_s` is the policy's clock. Raises RouteRefused."""
-    def stats(
-        self,
-    ) -> tuple[
-        list[tuple[int, str, int]],
-        list[tuple[str, int]],
-        tuple[list[int], float],
-        tuple[list[int], float],
-    ]:
-        """(decisions as (worker, "decode" | "prefill", count), errors as
-        (code, count), latency and overlap histograms as (bucket counts with
-        +Inf last, sum))."""
-    def take_decision_lines(self) -> str:
-        """The decision-log lines (JSON, each ending in a newline) for the
-        decisions made since the last call."""
