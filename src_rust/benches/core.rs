@@ -1,6 +1,7 @@
 //! Criterion benches of the core without Python: block hashing, event
 //! application and find_matches, on the same shapes as bench/index_bench.py
-//! (shared system prompts, multi-turn conversations, 8-512 workers).
+//! (shared system prompts, multi-turn conversations, 8-512 workers), and a
+//! full routing decision (hash, lookup, policy, booking, stats, record).
 //!
 //! `cargo bench --bench core`; one group with `cargo bench --bench core -- find_matches`.
 
@@ -8,6 +9,8 @@ use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criteri
 use kvrouter_core::hashing::BlockHasher;
 use kvrouter_core::ids::{EngineBlockId, LocalHash, SeqHash, Tier, WorkerId};
 use kvrouter_core::index::{BlockContent, EventBatch, IndexConfig, KvEvent, PrefixIndex};
+use kvrouter_core::policy::{PolicyConfig, Role};
+use kvrouter_core::routing::{Prompt, Router, RouterOptions};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -248,11 +251,76 @@ fn find_matches(c: &mut Criterion) {
     group.finish();
 }
 
+/// 32 workers, each holding one of 4 shared prefixes (half the prompt);
+/// the prompts continue a prefix with tokens no worker holds.
+fn decision_state(tokens: usize) -> (PrefixIndex, Router, Vec<Vec<u32>>) {
+    let workers = 32u64;
+    let blocks = tokens / BLOCK_SIZE;
+    let hasher = BlockHasher::new(BLOCK_SIZE, 0);
+    let mut rng = Rng(tokens as u64);
+    let prefixes: Vec<Segment> = (0..4)
+        .map(|_| Segment::new(&mut rng, &hasher, None, blocks / 2))
+        .collect();
+    let mut seq = vec![0u64; workers as usize];
+    let batches: Vec<EventBatch> = (0..workers)
+        .map(|w| batch(w, &mut seq, prefixes[w as usize % 4].stored(None)))
+        .collect();
+    let index = PrefixIndex::new(IndexConfig::default());
+    for outcome in index.apply_many(&batches, false) {
+        outcome.expect("setup events are well formed");
+    }
+    let options = RouterOptions {
+        log_decisions: true,
+        ..RouterOptions::default()
+    };
+    let router = Router::new(BLOCK_SIZE as u64, PolicyConfig::default(), options)
+        .expect("default settings are valid");
+    router.with_pool(|pool| {
+        for w in 0..workers {
+            pool.upsert_worker(WorkerId(w), Role::Both, 1 << 20);
+        }
+    });
+    let prompts = (0..16)
+        .map(|p| {
+            let mut prompt = prefixes[p % 4].tokens.clone();
+            prompt.extend(rng.tokens(blocks - blocks / 2));
+            prompt
+        })
+        .collect();
+    (index, router, prompts)
+}
+
+fn decision(c: &mut Criterion) {
+    let mut group = c.benchmark_group("decision");
+    group.sample_size(30);
+    for tokens in [4_096, 131_072] {
+        let (index, router, prompts) = decision_state(tokens);
+        group.throughput(Throughput::Elements(tokens as u64));
+        let mut next = 0usize;
+        group.bench_function(BenchmarkId::new("route, 32 workers", tokens), |b| {
+            b.iter(|| {
+                next += 1;
+                let prompt = Prompt::Tokens {
+                    tokens: &prompts[next % prompts.len()],
+                    namespace: "",
+                };
+                let routed = router.route(&index, "bench", black_box(prompt), 0);
+                router.release("bench");
+                if next.is_multiple_of(1024) {
+                    router.take_records();
+                }
+                routed
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = core;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = hashing, apply, find_matches
+    targets = hashing, apply, find_matches, decision
 }
 criterion_main!(core);

@@ -331,7 +331,10 @@ mod tests {
         assert_eq!(book.booked(WorkerId(1)).prefill_tokens, 1000);
         assert!(book.release_remote("peer", "a"));
         assert!(!book.release_remote("peer", "a"));
-        assert!(book.contains("a"), "a peer's release leaves the own booking");
+        assert!(
+            book.contains("a"),
+            "a peer's release leaves the own booking"
+        );
         assert!(book.contains_remote("peer", "b") && !book.contains_remote("peer", "a"));
         book.replace_remote("peer", vec![("c".into(), booking(3, 3, 0))]);
         assert_eq!(book.booked(WorkerId(2)), Booked::default());

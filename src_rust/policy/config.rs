@@ -43,10 +43,7 @@ impl PolicyName {
             .find(|p| p.name() == name)
             .ok_or_else(|| {
                 let names: Vec<&str> = Self::ALL.iter().map(|p| p.name()).collect();
-                format!(
-                    "unknown policy {name:?}; choose from {}",
-                    names.join(", ")
-                )
+                format!("unknown policy {name:?}; choose from {}", names.join(", "))
             })
     }
 }
@@ -136,7 +133,7 @@ impl PolicyConfig {
         if self.stale_after_ms == 0 {
             return Err("PolicyConfig.stale_after_s must be > 0".into());
         }
-        if !(c.max_batched_tokens >= 1.0) {
+        if c.max_batched_tokens.is_nan() || c.max_batched_tokens < 1.0 {
             return Err("PolicyConfig.max_batched_tokens must be > 0".into());
         }
         Ok(())

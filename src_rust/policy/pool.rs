@@ -85,7 +85,9 @@ impl Pool {
             .workers
             .iter()
             .filter(|(_, s)| {
-                s.healthy && s.capacity_blocks >= blocks && (s.role == Role::Prefill) == prefill_pool
+                s.healthy
+                    && s.capacity_blocks >= blocks
+                    && (s.role == Role::Prefill) == prefill_pool
             })
             .map(|(id, _)| *id)
             .collect();

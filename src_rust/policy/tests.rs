@@ -161,14 +161,15 @@ fn saturated_prefill_pool_falls_back_to_local() {
 #[test]
 fn reported_load_counts_when_larger_than_booked() {
     let mut p = policy(&[(0, Role::Both), (1, Role::Both)]);
-    p.pool.report_load(
-        WorkerId(0),
-        Load {
-            queued_prefill_tokens: 50_000,
-            ..Load::default()
-        },
-    )
-    .unwrap();
+    p.pool
+        .report_load(
+            WorkerId(0),
+            Load {
+                queued_prefill_tokens: 50_000,
+                ..Load::default()
+            },
+        )
+        .unwrap();
     assert_eq!(
         p.route("a", request(10), &[cached(0, 10)], 0)
             .unwrap()

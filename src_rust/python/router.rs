@@ -95,7 +95,11 @@ impl PyRouter {
         Ok((seconds * 1000.0).max(0.0) as u64)
     }
 
-    fn wire_route(&self, bytes: &[u8], now_ms: u64) -> Result<(Vec<u8>, String), (String, Refusal)> {
+    fn wire_route(
+        &self,
+        bytes: &[u8],
+        now_ms: u64,
+    ) -> Result<(Vec<u8>, String), (String, Refusal)> {
         let request = wire::parse(bytes, &self.limits).inspect_err(|(_, refusal)| {
             self.router.refused(refusal.code);
         })?;
@@ -121,7 +125,10 @@ impl PyRouter {
         Ok((response, routed.request_id))
     }
 
-    fn worker_call<T>(&self, f: impl FnOnce(&mut crate::policy::Pool) -> Result<T, RouteError>) -> PyResult<T> {
+    fn worker_call<T>(
+        &self,
+        f: impl FnOnce(&mut crate::policy::Pool) -> Result<T, RouteError>,
+    ) -> PyResult<T> {
         self.router.with_pool(f).map_err(to_pyerr)
     }
 }
@@ -169,8 +176,8 @@ impl PyRouter {
             share_bookings,
             ..RouterOptions::default()
         };
-        let router = routing::Router::new(block_size, config, options)
-            .map_err(PyValueError::new_err)?;
+        let router =
+            routing::Router::new(block_size, config, options).map_err(PyValueError::new_err)?;
         Ok(PyRouter {
             router,
             index,
@@ -495,7 +502,8 @@ impl PyRouter {
 
     /// Requests the peer replica has booked here.
     fn remote_bookings(&self, replica: &str) -> usize {
-        self.router.with_pool(|pool| pool.book().remote_len(replica))
+        self.router
+            .with_pool(|pool| pool.book().remote_len(replica))
     }
 
     /// Whether the peer replica's request is booked here.

@@ -77,7 +77,10 @@ fn every_decision_is_counted_and_recorded() {
     assert_eq!(stats.overlap.sum, 1.0, "all 8 blocks cached on the winner");
     let records = r.take_records();
     assert_eq!(records.len(), 1);
-    assert_eq!((records[0].request_id.as_str(), records[0].overlap), ("a", 8));
+    assert_eq!(
+        (records[0].request_id.as_str(), records[0].overlap),
+        ("a", 8)
+    );
     assert!(r.take_records().is_empty(), "records are drained");
 }
 
@@ -113,7 +116,11 @@ fn made_up_request_ids_are_unique() {
     };
     let r = router(PolicyConfig::default(), options);
     let ids: Vec<String> = (0..3)
-        .map(|_| r.route(&index, "", prompt(&tokens(4)), 0).unwrap().request_id)
+        .map(|_| {
+            r.route(&index, "", prompt(&tokens(4)), 0)
+                .unwrap()
+                .request_id
+        })
         .collect();
     assert_eq!(ids, ["x-0", "x-1", "x-2"]);
 }
@@ -249,7 +256,10 @@ fn baselines_are_chosen_by_name() {
     let r = router(config(PolicyName::Dynamo), RouterOptions::default());
     let routed = r.route(&index, "d", prompt(&tokens(128)), 0).unwrap();
     assert_eq!(routed.decision.decode_worker, WorkerId(1));
-    assert_eq!(routed.decision.prefill_tokens, 0, "all 8 blocks cached there");
+    assert_eq!(
+        routed.decision.prefill_tokens, 0,
+        "all 8 blocks cached there"
+    );
 }
 
 #[test]
