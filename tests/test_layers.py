@@ -24,7 +24,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "replay": frozenset({"_core", "policy"}),
     "client": frozenset({"_core", "net", "proto_gen"}),
     "adapters": frozenset({"_core", "client", "net", "proto_gen"}),
-    "service": frozenset({"_core", "adapters", "net", "policy", "proto_gen"}),
+    "service": frozenset({"_core", "net", "policy", "proto_gen"}),
     "service.replicas": frozenset({"_core", "adapters", "net", "policy", "proto_gen", "service"}),
     "worker": frozenset({"_core", "adapters", "client", "engine", "net", "proto_gen"}),
     "demo": frozenset({"_core", "client", "engine"}),
