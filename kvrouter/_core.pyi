@@ -1,28 +1,61 @@
-"""Type stubs for kvrouter._core, the Rust core (hashing and the prefix index)."""
+"""Type stubs for kvrouter._core, the Rust core: block hashing, KV events,
+the prefix index, and the routing policy's scoring core and Route RPC."""
 
 import array
-import enum
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, final
+
+from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
+
+__all__ = [
+    "hash_tokens",
+    "hash_tokens_array",
+    "local_block_hashes",
+    "chain_hashes",
+    "namespace_seed",
+    "Tier",
+    "Stored",
+    "Removed",
+    "Cleared",
+    "ApplyOutcome",
+    "OverlapScores",
+    "PrefixIndex",
+    "RoutingCore",
+    "WireRouter",
+    "check_namespace",
+    "prompt_length",
+    "RouteRefused",
+    "NoWorkerAvailable",
+    "DEFAULT_BLOCK_SIZE",
+]
 
 DEFAULT_BLOCK_SIZE: int
 
-# Token ids: list[int], array('I'), a 1-D numpy uint32/int32/int64 array, or
-# little-endian uint32 bytes. Buffers are read in place, without a copy.
-Tokens = Any
-# Block hashes: a sequence of ints in [0, 2**64) or a numpy uint64/int64 array.
-Hashes = Sequence[int] | Any
+class _NumpyArray(Protocol):
+    """A numpy array: its stubs declare the buffer protocol only on Python 3.12+."""
 
-def hash_tokens(tokens: Tokens, block_size: int = 16, namespace: str = "") -> list[int]:
+    @property
+    def __array_interface__(self) -> dict[str, Any]: ...
+
+# Token ids (u32): a list or tuple of ints, or a buffer: array('I'), a 1-D
+# numpy uint32/int32/int64 array, or little-endian uint32 bytes. C-contiguous
+# uint32, int32 and 4-aligned byte buffers are read in place; other buffers
+# (int64, strided) are copied once.
+Tokens: TypeAlias = list[int] | tuple[int, ...] | Buffer | _NumpyArray
+# Block hashes (u64): a sequence of ints in [0, 2**64), or a uint64/int64
+# buffer (array('Q'), numpy), copied once into native integers.
+Hashes: TypeAlias = Sequence[int] | Buffer | _NumpyArray
+
+# `block_size` defaults to DEFAULT_BLOCK_SIZE (16).
+def hash_tokens(tokens: Tokens, block_size: int = ..., namespace: str = "") -> list[int]:
     """Chained sequence hashes of the full blocks; a partial tail is not hashed."""
 
 def hash_tokens_array(
-    tokens: Tokens, block_size: int = 16, namespace: str = ""
+    tokens: Tokens, block_size: int = ..., namespace: str = ""
 ) -> array.array[int]:
-    """`hash_tokens` as array('Q'): no Python int per hash; `find_matches`
-    reads it in place."""
+    """`hash_tokens` as array('Q'): no Python int per hash."""
 
-def local_block_hashes(tokens: Tokens, block_size: int = 16, namespace: str = "") -> list[int]:
+def local_block_hashes(tokens: Tokens, block_size: int = ..., namespace: str = "") -> list[int]:
     """xxh3-64 of each full block's little-endian bytes, seeded by the namespace."""
 
 def chain_hashes(local_hashes: Sequence[int], parent: int | None = None) -> list[int]:
@@ -31,18 +64,27 @@ def chain_hashes(local_hashes: Sequence[int], parent: int | None = None) -> list
 def namespace_seed(namespace: str) -> int:
     """The hashing seed of a namespace (model, LoRA adapter, cache salt)."""
 
-class Tier(enum.IntEnum):
-    DEVICE = 0
-    HOST = 1
-    DISK = 2
+@final
+class Tier:
+    """Where a worker keeps a block. A PyO3 enum: its members compare equal
+    to their ints (DEVICE == 0) and convert with int()."""
 
-TierLike = Tier | str
+    DEVICE: ClassVar[Tier]
+    HOST: ClassVar[Tier]
+    DISK: ClassVar[Tier]
+    def __int__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
 
+# A Tier or its name ("device", "host", "disk", in any case).
+TierLike: TypeAlias = Tier | str
+
+@final
 class Stored:
     """Blocks a worker cached: consecutive blocks of one sequence after `parent`."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         block_ids: Hashes,
         token_ids: Tokens | None = None,
         *,
@@ -50,35 +92,47 @@ class Stored:
         parent: int | None = None,
         tier: TierLike | None = None,
         namespace: str = "",
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def block_ids(self) -> list[int]: ...
     @property
     def parent(self) -> int | None: ...
 
+@final
 class Removed:
     """Blocks a worker evicted from one tier (default: device)."""
 
-    def __init__(self, block_ids: Hashes, tier: TierLike | None = None) -> None: ...
+    def __new__(cls, block_ids: Hashes, tier: TierLike | None = None) -> Self: ...
     @property
     def block_ids(self) -> list[int]: ...
 
+@final
 class Cleared:
     """The worker dropped its whole cache."""
 
-    def __init__(self) -> None: ...
+    def __new__(cls) -> Self: ...
 
-Event = Stored | Removed | Cleared
+Event: TypeAlias = Stored | Removed | Cleared
 
+@final
 class ApplyOutcome:
-    status: str
-    """"applied", "duplicate", "gap" (resync the worker) or "rejected"."""
-    expected_seq: int | None
-    blocks_stored: int
-    blocks_removed: int
-    unknown_removals: int
-    error: str | None
+    @property
+    def status(self) -> Literal["applied", "duplicate", "gap", "rejected"]:
+        """On a "gap" the batch skips ahead and nothing is applied: resync the worker."""
+    @property
+    def expected_seq(self) -> int | None:
+        """For "gap": the batch number the worker should have sent."""
+    @property
+    def blocks_stored(self) -> int: ...
+    @property
+    def blocks_removed(self) -> int: ...
+    @property
+    def unknown_removals(self) -> int: ...
+    @property
+    def error(self) -> str | None:
+        """For "rejected": why."""
 
+@final
 class OverlapScores:
     @property
     def scores(self) -> dict[int, int]:
@@ -89,14 +143,17 @@ class OverlapScores:
     def depth(self, worker_id: int) -> int: ...
     def __len__(self) -> int: ...
 
+@final
 class PrefixIndex:
     """Which workers hold which cached prefixes. Thread-safe; releases the GIL."""
 
-    def __init__(
-        self, block_size: int = 16, max_blocks: int | None = None, *, manual_clock: bool = False
-    ) -> None:
-        """With `manual_clock`, approximate entries expire by the time given to
-        `set_time` (a simulator's virtual clock) instead of the wall clock."""
+    def __new__(
+        cls, block_size: int = ..., max_blocks: int | None = None, *, manual_clock: bool = False
+    ) -> Self:
+        """`block_size` defaults to DEFAULT_BLOCK_SIZE (16). With
+        `manual_clock`, approximate entries expire by the time given to
+        `set_time` (a simulator's virtual clock, from 0) instead of the wall
+        clock."""
     @property
     def block_size(self) -> int: ...
     def set_time(self, now_s: float) -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up .venv with kvrouter and its test dependencies, then runs the linters,
-# the Rust tests and the Python tests. Exits non-zero on the first failure.
+# Sets up .venv with kvrouter and its test dependencies, then runs the linters
+# (ruff, rustfmt, clippy), the stub check, the Rust tests and the Python
+# tests. Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,8 @@ python3 -m venv .venv
 
 echo "== lint"
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
+bash scripts/check_stubs.sh
 cargo fmt --check
 PYO3_PYTHON=.venv/bin/python cargo clippy -q --all-targets --features python -- -D warnings
 

@@ -1,7 +1,9 @@
-//! Block hashing, as DESIGN.md defines it: a full block of `block_size` u32
-//! tokens has a local hash, xxh3-64 of its little-endian bytes seeded from the
-//! namespace; block i's sequence hash chains block i-1's sequence hash with
-//! local hash i. A partial last block is never hashed.
+//! Block hashing, the router's own scheme, whatever the engines use (their
+//! block ids stay opaque ids: docs/deployment.md, "How events become index
+//! entries"). A full block of `block_size` u32 tokens has a local hash,
+//! xxh3-64 of its little-endian bytes seeded from the namespace; block i's
+//! sequence hash chains block i-1's sequence hash with local hash i. A
+//! partial last block is never hashed.
 
 use crate::ids::{LocalHash, SeqHash};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};

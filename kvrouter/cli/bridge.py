@@ -17,13 +17,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_stream_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    """Where the replicas' stream is: also `kvrouter sidecar`'s."""
+    """Where the replicas' stream is: also `kvrouter sidecar`'s and `kvrouter worker`'s."""
+    from kvrouter.service.config import split_list
+
     parser.add_argument(
         "--nats",
-        action="append",
+        action="extend",
+        type=split_list,
         required=required,
         metavar="URL",
-        help="NATS server (repeatable)",
+        help="NATS server URLs, comma-separated (repeatable)",
     )
     parser.add_argument("--stream", default=None, help="JetStream stream (KVROUTER_EVENTS)")
     parser.add_argument(

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from kvrouter.cli.bridge import add_stream_arguments, nats_config
+from kvrouter.roles import ROLES
 
 HELP = "run an inference worker: the engine behind the Worker gRPC service, joined to a router"
 
@@ -25,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "stand-alone",
     )
     add_stream_arguments(parser, required=False)
-    parser.add_argument("--role", default="both", choices=("prefill", "decode", "both"))
+    parser.add_argument("--role", default="both", choices=ROLES)
     parser.add_argument("--listen", default="127.0.0.1:0", help="host:port; port 0 picks one")
     parser.add_argument("--advertise", default="", help="address peers dial (default: bound)")
     parser.add_argument("--worker-id", type=int, default=None)

@@ -8,8 +8,7 @@ from collections.abc import Callable, Sequence
 from kvrouter._core import PrefixIndex, RoutingCore
 from kvrouter.policy.config import PolicyConfig
 from kvrouter.policy.decision import Decision, Explanation
-
-ROLES = ("prefill", "decode", "both")
+from kvrouter.roles import ROLES
 
 
 class Router:

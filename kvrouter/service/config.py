@@ -4,7 +4,10 @@ environment variables, then command-line flags (each overrides the last).
 Every field of `ServiceConfig` is a knob: `--heartbeat-ttl-s 3`,
 `KVROUTER_HEARTBEAT_TTL_S=3` or `heartbeat_ttl_s = 3` in the file. Policy
 knobs (`kvrouter.policy.PolicyConfig`) go in the file's `[policy]` table,
-in `KVROUTER_POLICY_<FIELD>` or in `--policy FIELD=VALUE`.
+in `KVROUTER_POLICY_<FIELD>` or in `--policy FIELD=VALUE`; proxied
+generation's (`kvrouter.service.proxy_config.ProxyConfig`) in `[proxy]`,
+`KVROUTER_PROXY_<FIELD>` or `--proxy FIELD=VALUE`. A list (`nats`) is a
+TOML array, or comma-separated in a variable or flag.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from typing import Any
 
 from kvrouter.net import tls
 from kvrouter.policy import PolicyConfig
+from kvrouter.service.proxy_config import ProxyConfig
 
 ENV_PREFIX = "KVROUTER_"
-POLICY_ENV_PREFIX = "KVROUTER_POLICY_"
+# Settings kept in a table of their own: field name -> environment prefix.
+TABLES = {"policy": "KVROUTER_POLICY_", "proxy": "KVROUTER_PROXY_"}
 
 
 @dataclass
@@ -52,10 +57,10 @@ class ServiceConfig:
     log_format: str = "json"
     # Log every routing decision (at info level) with its request id.
     log_decisions: bool = True
-    # NATS server URLs, comma-separated. Set, the router runs as one replica
-    # of several: KV events come from the JetStream stream and the load book
-    # is shared with the other replicas. Empty: one router, events over gRPC.
-    nats: str = ""
+    # NATS server URLs. Set, the router runs as one replica of several: KV
+    # events come from the JetStream stream and the load book is shared with
+    # the other replicas. Empty: one router, events over gRPC.
+    nats: tuple[str, ...] = ()
     # The replica's name, unique and stable across restarts (its durable
     # consumer's name); required with `nats`.
     replica_name: str = ""
@@ -82,6 +87,7 @@ class ServiceConfig:
     worker_cert_file: str = ""
     worker_key_file: str = ""
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
 
     def validate(self) -> None:
         if self.block_size <= 0:
@@ -94,6 +100,8 @@ class ServiceConfig:
             raise ValueError("need 0 < heartbeat_interval_s < heartbeat_ttl_s")
         if self.drain_grace_s < 0:
             raise ValueError("drain_grace_s must be >= 0")
+        if isinstance(self.nats, str):
+            raise ValueError("nats is a tuple of server URLs, not a string")
         if self.nats and not self.replica_name:
             raise ValueError(
                 "nats needs replica_name: a name unique to this replica and stable across restarts"
@@ -104,17 +112,30 @@ class ServiceConfig:
         if bool(self.worker_cert_file) != bool(self.worker_key_file):
             raise ValueError("worker_cert_file and worker_key_file must be set together")
         self.policy.validate()
+        self.proxy.validate()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 def _knobs(cls: type) -> dict[str, type]:
-    return {f.name: f.type for f in dataclasses.fields(cls) if f.name != "policy"}
+    tables = TABLES if cls is ServiceConfig else {}
+    return {f.name: f.type for f in dataclasses.fields(cls) if f.name not in tables}
+
+
+def split_list(text: str) -> tuple[str, ...]:
+    """The items of a comma-separated list, blanks dropped."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
 def _parse(kind: str, raw: Any, name: str) -> Any:
     """Converts a string (env, flag) or TOML value to the field's type."""
+    if "tuple" in kind:
+        if isinstance(raw, str):
+            return split_list(raw)
+        if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+            raise ValueError(f"{name}: expected a list of strings, got {raw!r}")
+        return tuple(raw)
     if not isinstance(raw, str):
         return raw
     try:
@@ -143,13 +164,14 @@ def _update(target: Any, values: Mapping[str, Any], source: str) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML config file")
-    parser.add_argument(
-        "--policy",
-        metavar="FIELD=VALUE",
-        action="append",
-        default=[],
-        help="a routing policy setting (repeatable)",
-    )
+    for table, what in (("policy", "routing policy"), ("proxy", "proxied generation")):
+        parser.add_argument(
+            "--" + table,
+            metavar="FIELD=VALUE",
+            action="append",
+            default=[],
+            help=f"a {what} setting (repeatable)",
+        )
     defaults = ServiceConfig()
     for name in _knobs(ServiceConfig):
         parser.add_argument(
@@ -169,17 +191,15 @@ def load(
     path = getattr(args, "config", None) or env.get(ENV_PREFIX + "CONFIG")
     if path:
         data = tomllib.loads(Path(path).read_text())
-        _update(config.policy, data.pop("policy", {}), path)
+        for table in TABLES:
+            _update(getattr(config, table), data.pop(table, {}), f"{path} [{table}]")
         _update(config, data, path)
-    _update(
-        config.policy,
-        {
-            k[len(POLICY_ENV_PREFIX) :].lower(): v
-            for k, v in env.items()
-            if k.startswith(POLICY_ENV_PREFIX)
-        },
-        "environment",
-    )
+    for table, prefix in TABLES.items():
+        _update(
+            getattr(config, table),
+            {k[len(prefix) :].lower(): v for k, v in env.items() if k.startswith(prefix)},
+            f"environment ({prefix}*)",
+        )
     knobs = _knobs(ServiceConfig)
     _update(
         config,
@@ -196,9 +216,11 @@ def load(
             {n: getattr(args, n) for n in knobs if getattr(args, n, None) is not None},
             "flag",
         )
-        pairs = [p.partition("=") for p in getattr(args, "policy", [])]
-        if any(not sep for _, sep, _ in pairs):
-            raise ValueError("--policy takes FIELD=VALUE")
-        _update(config.policy, {k.strip(): v.strip() for k, _, v in pairs}, "--policy")
+        for table in TABLES:
+            pairs = [p.partition("=") for p in getattr(args, table, [])]
+            if any(not sep for _, sep, _ in pairs):
+                raise ValueError(f"--{table} takes FIELD=VALUE")
+            values = {k.strip(): v.strip() for k, _, v in pairs}
+            _update(getattr(config, table), values, "--" + table)
     config.validate()
     return config

@@ -1,15 +1,14 @@
 """Settings of the router's proxied Generate: stage timeouts, retry limits
-and the routing policy it follows. Read from `KVROUTER_PROXY_<FIELD>`
-environment variables (e.g. `KVROUTER_PROXY_PREFILL_TIMEOUT_S=10`)."""
+and the routing policy it follows. `ServiceConfig.proxy` holds them; they
+are set in the config file's `[proxy]` table, by `--proxy FIELD=VALUE` or
+by `KVROUTER_PROXY_<FIELD>` (e.g. `KVROUTER_PROXY_PREFILL_TIMEOUT_S=10`);
+see kvrouter/service/config.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-ENV_PREFIX = "KVROUTER_PROXY_"
 POLICIES = ("kv", "round_robin")
 
 
@@ -41,22 +40,3 @@ class ProxyConfig:
             value = getattr(self, f.name)
             if f.name != "policy" and value <= 0:
                 raise ValueError(f"ProxyConfig.{f.name} must be > 0, got {value}")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ProxyConfig:
-        env = os.environ if env is None else env
-        values = {}
-        for f in dataclasses.fields(cls):
-            raw = env.get(ENV_PREFIX + f.name.upper())
-            if raw is None:
-                continue
-            kind = type(getattr(cls, f.name))
-            try:
-                values[f.name] = kind(raw)
-            except ValueError:
-                raise ValueError(
-                    f"{ENV_PREFIX}{f.name.upper()}={raw!r} is not a {kind.__name__}"
-                ) from None
-        config = cls(**values)
-        config.validate()
-        return config

@@ -28,7 +28,6 @@ from kvrouter.service.config import ServiceConfig
 from kvrouter.service.events import EventIngest
 from kvrouter.service.generate import GenerationProxy, ProxyingRouterService
 from kvrouter.service.metrics import ServiceMetrics
-from kvrouter.service.proxy_config import ProxyConfig
 from kvrouter.service.registry import RegistryService
 from kvrouter.service.workers import WorkerTable
 
@@ -87,7 +86,7 @@ class RouterServer:
         )
         refusal = "" if self.owns_index else EVENTS_ELSEWHERE
         self.events = EventIngest(self.index, self.workers, self.metrics, refusal=refusal)
-        self.generation = GenerationProxy(self.policy, self.workers, config, ProxyConfig.from_env())
+        self.generation = GenerationProxy(self.policy, self.workers, config, config.proxy)
         self.routing = ProxyingRouterService(
             self.policy, self.workers, self.metrics, config, generation=self.generation
         )

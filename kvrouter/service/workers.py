@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 
 from kvrouter._core import PrefixIndex
 from kvrouter.policy import Router
+from kvrouter.roles import ROLES
 from kvrouter.service.errors import invalid, not_found
 
 log = logging.getLogger("kvrouter.service.workers")
-
-ROLES = ("prefill", "decode", "both")
 
 
 @dataclass

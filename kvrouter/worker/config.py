@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvrouter.net import tls
-
-ROLES = ("prefill", "decode", "both")
+from kvrouter.roles import ROLES, Role
 
 
 @dataclass
@@ -26,7 +25,7 @@ class WorkerConfig:
     # Must match the replicas' `nats_stream` and `nats_subject_prefix`.
     nats_stream: str = "KVROUTER_EVENTS"
     nats_subject_prefix: str = "kvrouter"
-    role: str = "both"
+    role: Role = "both"
     # The Worker service's address; port 0 picks a free port.
     listen: str = "127.0.0.1:0"
     # The address peers and the router dial; defaults to the bound listen address.

@@ -1,6 +1,8 @@
 //! The load book: what the router itself has sent to each worker and not yet
 //! seen finish. Charging at routing time is what spreads a burst of requests
-//! before any worker has reported load.
+//! before any worker has reported load. Router replicas share their
+//! bookings: a peer's are kept apart, by replica, and counted in the same
+//! per-worker totals.
 
 use crate::ids::WorkerId;
 use hashbrown::HashMap;
@@ -35,6 +37,10 @@ pub struct LoadBook {
     /// they outnumber the live ones, so the queue follows the requests in
     /// flight rather than the routing rate times `stale_after`.
     order: VecDeque<(u64, String)>,
+    /// Peer replicas' bookings, by replica and request id. They lapse when
+    /// the peer says so (a release, or a whole book without them), or when
+    /// the peer is dropped for going silent.
+    remote: HashMap<String, HashMap<String, Booking>>,
 }
 
 /// Finished entries the expiry queue may hold beyond the live bookings
@@ -58,12 +64,13 @@ impl LoadBook {
         self.bookings.is_empty()
     }
 
+    /// This router's bookings, by request id.
+    pub fn own(&self) -> impl Iterator<Item = (&String, &Booking)> {
+        self.bookings.iter()
+    }
+
     pub fn charge(&mut self, request_id: String, booking: Booking) {
-        let prefill = self.per_worker.entry(booking.prefill_worker).or_default();
-        prefill.prefill_tokens += booking.prefill_tokens;
-        let decode = self.per_worker.entry(booking.decode_worker).or_default();
-        decode.decode_blocks += booking.decode_blocks;
-        decode.requests += 1;
+        credit(&mut self.per_worker, &booking);
         if self.order.len() > 2 * self.bookings.len() + ORDER_SLACK {
             let bookings = &self.bookings;
             self.order
@@ -81,26 +88,77 @@ impl LoadBook {
         if !booking.prefill_open {
             return None;
         }
-        booking.prefill_open = false;
-        if let Some(w) = self.per_worker.get_mut(&booking.prefill_worker) {
-            w.prefill_tokens -= booking.prefill_tokens;
-        }
+        close_prefill(&mut self.per_worker, booking);
         Some((booking.prefill_worker, booking.prefill_tokens))
     }
 
     /// The request finished or was cancelled: free everything it holds.
     pub fn release(&mut self, request_id: &str) -> Option<Booking> {
         let booking = self.bookings.remove(request_id)?;
-        if booking.prefill_open {
-            if let Some(w) = self.per_worker.get_mut(&booking.prefill_worker) {
-                w.prefill_tokens -= booking.prefill_tokens;
-            }
-        }
-        if let Some(w) = self.per_worker.get_mut(&booking.decode_worker) {
-            w.decode_blocks -= booking.decode_blocks;
-            w.requests -= 1;
-        }
+        debit(&mut self.per_worker, &booking);
         Some(booking)
+    }
+
+    /// A peer replica booked a request (again: the new booking replaces it).
+    pub fn charge_remote(&mut self, replica: &str, request_id: String, booking: Booking) {
+        credit(&mut self.per_worker, &booking);
+        let book = self.remote.entry_ref(replica).or_default();
+        if let Some(old) = book.insert(request_id, booking) {
+            debit(&mut self.per_worker, &old);
+        }
+    }
+
+    /// A peer's request finished prefill; false when it is not booked here.
+    pub fn prefill_done_remote(&mut self, replica: &str, request_id: &str) -> bool {
+        let Some(booking) = self
+            .remote
+            .get_mut(replica)
+            .and_then(|book| book.get_mut(request_id))
+        else {
+            return false;
+        };
+        if booking.prefill_open {
+            close_prefill(&mut self.per_worker, booking);
+        }
+        true
+    }
+
+    /// A peer's request finished or was cancelled; false when not booked here.
+    pub fn release_remote(&mut self, replica: &str, request_id: &str) -> bool {
+        let Some(booking) = self
+            .remote
+            .get_mut(replica)
+            .and_then(|book| book.remove(request_id))
+        else {
+            return false;
+        };
+        debit(&mut self.per_worker, &booking);
+        true
+    }
+
+    /// A peer's whole book, which replaces what was known of it: this is
+    /// how lost messages are repaired and a peer's expired bookings lapse.
+    pub fn replace_remote(&mut self, replica: &str, bookings: Vec<(String, Booking)>) {
+        self.drop_replica(replica);
+        for (request_id, booking) in bookings {
+            self.charge_remote(replica, request_id, booking);
+        }
+    }
+
+    /// Forgets a peer replica's bookings; returns how many there were.
+    pub fn drop_replica(&mut self, replica: &str) -> usize {
+        let Some(book) = self.remote.remove(replica) else {
+            return 0;
+        };
+        for booking in book.values() {
+            debit(&mut self.per_worker, booking);
+        }
+        book.len()
+    }
+
+    /// Requests booked by peer replicas.
+    pub fn remote_len(&self) -> usize {
+        self.remote.values().map(HashMap::len).sum()
     }
 
     /// Drops bookings routed before `horizon_ms`: their finish report was
@@ -135,8 +193,49 @@ impl LoadBook {
         for id in &ids {
             self.release(id);
         }
+        let per_worker = &mut self.per_worker;
+        for book in self.remote.values_mut() {
+            book.retain(|_, b| {
+                let keep = b.prefill_worker != worker && b.decode_worker != worker;
+                if !keep {
+                    debit(per_worker, b);
+                }
+                keep
+            });
+        }
         self.per_worker.remove(&worker);
         ids
+    }
+}
+
+fn credit(per_worker: &mut HashMap<WorkerId, Booked>, booking: &Booking) {
+    if booking.prefill_open {
+        per_worker
+            .entry(booking.prefill_worker)
+            .or_default()
+            .prefill_tokens += booking.prefill_tokens;
+    }
+    let decode = per_worker.entry(booking.decode_worker).or_default();
+    decode.decode_blocks += booking.decode_blocks;
+    decode.requests += 1;
+}
+
+fn debit(per_worker: &mut HashMap<WorkerId, Booked>, booking: &Booking) {
+    if booking.prefill_open {
+        if let Some(w) = per_worker.get_mut(&booking.prefill_worker) {
+            w.prefill_tokens -= booking.prefill_tokens;
+        }
+    }
+    if let Some(w) = per_worker.get_mut(&booking.decode_worker) {
+        w.decode_blocks -= booking.decode_blocks;
+        w.requests -= 1;
+    }
+}
+
+fn close_prefill(per_worker: &mut HashMap<WorkerId, Booked>, booking: &mut Booking) {
+    booking.prefill_open = false;
+    if let Some(w) = per_worker.get_mut(&booking.prefill_worker) {
+        w.prefill_tokens -= booking.prefill_tokens;
     }
 }
 
@@ -212,6 +311,27 @@ mod tests {
         );
         assert_eq!(book.expire(1), 1, "the live booking still expires");
         assert!(book.is_empty());
+    }
+
+    #[test]
+    fn peer_bookings_count_until_the_peer_releases_or_goes() {
+        let mut book = LoadBook::default();
+        book.charge("a".into(), booking(1, 1, 0));
+        book.charge_remote("peer", "a".into(), booking(1, 2, 0));
+        book.charge_remote("peer", "b".into(), booking(2, 2, 0));
+        assert_eq!(book.booked(WorkerId(1)).prefill_tokens, 2000);
+        assert_eq!(book.booked(WorkerId(2)).requests, 2);
+        assert!(book.prefill_done_remote("peer", "a"));
+        assert_eq!(book.booked(WorkerId(1)).prefill_tokens, 1000);
+        assert!(book.release_remote("peer", "a"));
+        assert!(!book.release_remote("peer", "a"));
+        assert!(book.contains("a"), "a peer's release leaves the own booking");
+        book.replace_remote("peer", vec![("c".into(), booking(3, 3, 0))]);
+        assert_eq!(book.booked(WorkerId(2)), Booked::default());
+        assert_eq!(book.booked(WorkerId(3)).requests, 1);
+        assert_eq!(book.drop_replica("peer"), 1);
+        assert_eq!(book.booked(WorkerId(3)), Booked::default());
+        assert_eq!(book.remote_len(), 0);
     }
 
     #[test]

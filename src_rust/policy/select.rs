@@ -26,7 +26,7 @@ pub enum Pick {
     Sampled,
 }
 
-#[derive(Copy, Clone, Debug)]
+#[derive(Copy, Clone, Debug, PartialEq)]
 pub struct Selector {
     pub temperature: f64,
     pub tie_tolerance: f64,

@@ -3,7 +3,7 @@ use super::*;
 fn policy(workers: &[(u64, Role)]) -> Policy {
     let mut p = Policy::new(PolicyConfig::default());
     for &(id, role) in workers {
-        p.upsert_worker(WorkerId(id), role, 16_384);
+        p.pool.upsert_worker(WorkerId(id), role, 16_384);
     }
     p
 }
@@ -65,12 +65,12 @@ fn follows_the_cache_and_replicates_a_hot_prefix() {
 fn finished_requests_stop_counting() {
     let mut p = policy(&[(0, Role::Both)]);
     p.route("a", request(10), &[], 0).unwrap();
-    assert_eq!(p.load(WorkerId(0)).active_requests, 1);
-    assert!(p.prefill_done("a"));
-    assert_eq!(p.load(WorkerId(0)).queued_prefill_tokens, 0);
-    assert!(p.release("a"));
+    assert_eq!(p.pool.load(WorkerId(0)).active_requests, 1);
+    assert!(p.pool.prefill_done("a"));
+    assert_eq!(p.pool.load(WorkerId(0)).queued_prefill_tokens, 0);
+    assert!(p.pool.release("a"));
     assert_eq!(
-        p.load(WorkerId(0)),
+        p.pool.load(WorkerId(0)),
         Load {
             capacity_blocks: 16_384,
             ..Load::default()
@@ -88,11 +88,11 @@ fn work_finished_since_a_report_comes_off_it() {
         active_requests: 1 + 3,
         ..Load::default()
     };
-    p.report_load(WorkerId(0), report).unwrap();
-    assert!(p.prefill_done("a"));
-    assert_eq!(p.load(WorkerId(0)).queued_prefill_tokens, 1_000);
-    assert!(p.release("a"));
-    let load = p.load(WorkerId(0));
+    p.pool.report_load(WorkerId(0), report).unwrap();
+    assert!(p.pool.prefill_done("a"));
+    assert_eq!(p.pool.load(WorkerId(0)).queued_prefill_tokens, 1_000);
+    assert!(p.pool.release("a"));
+    let load = p.pool.load(WorkerId(0));
     assert_eq!((load.active_decode_blocks, load.active_requests), (50, 3));
 }
 
@@ -102,7 +102,7 @@ fn stale_bookings_expire() {
     p.route("lost", request(10), &[], 0).unwrap();
     p.route("fresh", request(10), &[], p.config.stale_after_ms + 1)
         .unwrap();
-    assert_eq!(p.load(WorkerId(0)).active_requests, 1);
+    assert_eq!(p.pool.load(WorkerId(0)).active_requests, 1);
 }
 
 #[test]
@@ -112,7 +112,7 @@ fn errors_are_specific() {
         p.route("a", request(1), &[], 0),
         Err(RouteError::NoWorker { .. })
     ));
-    p.upsert_worker(WorkerId(1), Role::Decode, 4);
+    p.pool.upsert_worker(WorkerId(1), Role::Decode, 4);
     assert!(matches!(
         p.route("a", request(5), &[], 0),
         Err(RouteError::NoWorker { .. })
@@ -122,13 +122,13 @@ fn errors_are_specific() {
         p.route("a", request(2), &[], 0),
         Err(RouteError::DuplicateRequest(_))
     ));
-    p.set_healthy(WorkerId(1), false).unwrap();
+    p.pool.set_healthy(WorkerId(1), false).unwrap();
     assert!(matches!(
         p.route("b", request(2), &[], 0),
         Err(RouteError::NoWorker { .. })
     ));
     assert_eq!(
-        p.set_healthy(WorkerId(9), true),
+        p.pool.set_healthy(WorkerId(9), true),
         Err(RouteError::UnknownWorker(9))
     );
 }
@@ -152,7 +152,7 @@ fn saturated_prefill_pool_falls_back_to_local() {
         queued_prefill_tokens: 1_000_000,
         ..Load::default()
     };
-    p.report_load(WorkerId(0), queued).unwrap();
+    p.pool.report_load(WorkerId(0), queued).unwrap();
     let d = p.route("a", request(400), &[], 0).unwrap();
     assert_eq!(d.prefill_worker, None);
     assert!(d.reason.contains("saturated"), "{}", d.reason);
@@ -161,7 +161,7 @@ fn saturated_prefill_pool_falls_back_to_local() {
 #[test]
 fn reported_load_counts_when_larger_than_booked() {
     let mut p = policy(&[(0, Role::Both), (1, Role::Both)]);
-    p.report_load(
+    p.pool.report_load(
         WorkerId(0),
         Load {
             queued_prefill_tokens: 50_000,
@@ -185,12 +185,12 @@ fn a_backlogged_pool_keeps_requests_with_their_cache() {
             ..PolicyConfig::default()
         });
         for (id, queued) in [(0, 80_000), (1, 50_000)] {
-            p.upsert_worker(WorkerId(id), Role::Both, 16_384);
+            p.pool.upsert_worker(WorkerId(id), Role::Both, 16_384);
             let load = Load {
                 queued_prefill_tokens: queued,
                 ..Load::default()
             };
-            p.report_load(WorkerId(id), load).unwrap();
+            p.pool.report_load(WorkerId(id), load).unwrap();
         }
         p.route("warm-up", request(20), &[], 0).unwrap();
         p.route("a", request(200), &[cached(0, 150)], 0).unwrap()
@@ -216,7 +216,7 @@ fn a_backlogged_pool_keeps_requests_with_their_cache() {
 fn an_idle_worker_carries_no_congestion() {
     let mut p = policy(&[(0, Role::Both), (1, Role::Both)]);
     p.route("warm-up", request(20), &[], 0).unwrap();
-    p.release("warm-up");
+    p.pool.release("warm-up");
     let d = p.route("a", request(200), &[cached(0, 150)], 0).unwrap();
     assert!(d
         .decode_candidates

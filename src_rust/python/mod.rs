@@ -1,11 +1,14 @@
-//! The `kvrouter._core` extension module: a thin layer over the pure-Rust core.
+//! The `kvrouter._core` extension module: a thin layer over the pure-Rust
+//! core. Each file converts Python values to the core's types and back;
+//! decisions, validation and bookkeeping live in the core.
 
+mod config;
+mod decision;
 mod events;
 mod hashing;
 mod index;
 mod ints;
-mod policy;
-mod wire;
+mod router;
 
 use pyo3::prelude::*;
 
@@ -24,14 +27,20 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<index::PyApplyOutcome>()?;
     m.add_class::<index::PyOverlapScores>()?;
     m.add_class::<index::PyPrefixIndex>()?;
-    m.add_class::<policy::PyRoutingCore>()?;
-    m.add_class::<wire::PyWireRouter>()?;
-    m.add_function(wrap_pyfunction!(wire::check_namespace, m)?)?;
-    m.add_function(wrap_pyfunction!(wire::prompt_length, m)?)?;
-    m.add("RouteRefused", m.py().get_type::<wire::RouteRefused>())?;
+    m.add_class::<config::PyPolicyConfig>()?;
+    m.add_class::<decision::PyCandidate>()?;
+    m.add_class::<decision::PyExplanation>()?;
+    m.add_class::<decision::PyDecision>()?;
+    m.add_class::<decision::PyBooking>()?;
+    m.add_class::<router::PyHistogram>()?;
+    m.add_class::<router::PyRouteStats>()?;
+    m.add_class::<router::PyRouter>()?;
+    m.add_function(wrap_pyfunction!(router::check_namespace, m)?)?;
+    m.add_function(wrap_pyfunction!(router::prompt_length, m)?)?;
+    m.add("RouteRefused", m.py().get_type::<router::RouteRefused>())?;
     m.add(
         "NoWorkerAvailable",
-        m.py().get_type::<policy::NoWorkerAvailable>(),
+        m.py().get_type::<router::NoWorkerAvailable>(),
     )?;
     m.add("DEFAULT_BLOCK_SIZE", crate::hashing::DEFAULT_BLOCK_SIZE)?;
     Ok(())

@@ -1,16 +1,13 @@
-//! The routing call on the wire: `RouteRequest` bytes in, `RouteResponse`
-//! bytes out, with validation, metrics and decision-log records kept here,
-//! so a decision never builds Python objects. Design note: README.md.
+//! The routing call on the wire: `RouteRequest` bytes checked and decoded,
+//! and the `RouteResponse` for a decision encoded, so a decision made for
+//! `Route` or `RouteStream` never builds Python objects. The decision
+//! itself is `routing::Router`'s. Design note: README.md.
 
 mod messages;
 mod route;
-mod stats;
 
 pub use messages::{Candidate, Explanation, RouteError, RouteRequest, RouteResponse};
-pub use route::{
-    check_namespace, parse, prompt_length, Code, Directory, Limits, Refusal, Routable,
-};
-pub use stats::{json_lines, BookedAs, DecisionRecord, Histogram, RouteStats};
+pub use route::{check_namespace, parse, prompt_length, Directory, Limits, Routable};
 
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@ use super::*;
 use crate::ids::WorkerId;
 use crate::index::TierDepths;
 use crate::policy::{Candidate as Scored, Cost, Decision, RouteError as PolicyError};
+use crate::routing::{Code, Refusal};
 use prost::Message;
 
 const LIMITS: Limits = Limits {

@@ -33,19 +33,32 @@ class EngineFarm:
         self.ctx = zmq.Context()
         self.publishers: list[VllmStylePublisher] = []
 
-    def start(self, name: str, encoding: str, dp: int = 1, buffer_steps: int = 10_000,
-              replay: bool = True, **config) -> tuple[EngineConfig, list[VllmStylePublisher]]:
+    def start(
+        self,
+        name: str,
+        encoding: str,
+        dp: int = 1,
+        buffer_steps: int = 10_000,
+        replay: bool = True,
+        **config,
+    ) -> tuple[EngineConfig, list[VllmStylePublisher]]:
         pubs, pub_port = bind_consecutive(self.ctx, zmq.PUB, dp)
         replays, replay_port = bind_consecutive(self.ctx, zmq.ROUTER, dp)
         publishers = [
-            VllmStylePublisher(pub, router, encoding=encoding, buffer_steps=buffer_steps,
-                               dp_rank=rank)
-            for rank, (pub, router) in enumerate(zip(pubs, replays, strict=True))]
+            VllmStylePublisher(
+                pub, router, encoding=encoding, buffer_steps=buffer_steps, dp_rank=rank
+            )
+            for rank, (pub, router) in enumerate(zip(pubs, replays, strict=True))
+        ]
         self.publishers.extend(publishers)
         engine = EngineConfig(
-            name=name, endpoint=f"tcp://127.0.0.1:{pub_port}",
+            name=name,
+            endpoint=f"tcp://127.0.0.1:{pub_port}",
             replay_endpoint=f"tcp://127.0.0.1:{replay_port}" if replay else None,
-            data_parallel_size=dp, topic="kv", **config)
+            data_parallel_size=dp,
+            topic="kv",
+            **config,
+        )
         return engine, publishers
 
     def restart(self, publisher: VllmStylePublisher) -> VllmStylePublisher:
@@ -55,8 +68,9 @@ class EngineFarm:
         pub, router = self.ctx.socket(zmq.PUB), self.ctx.socket(zmq.ROUTER)
         for sock, endpoint in ((pub, endpoints[0]), (router, endpoints[1])):
             _bind_when_free(sock, endpoint)
-        fresh = VllmStylePublisher(pub, router, encoding=publisher.encoding,
-                                   dp_rank=publisher.dp_rank)
+        fresh = VllmStylePublisher(
+            pub, router, encoding=publisher.encoding, dp_rank=publisher.dp_rank
+        )
         self.publishers.append(fresh)
         return fresh
 

@@ -17,7 +17,7 @@ class EngineHasher:
     def hashes(self, tokens: list[int]) -> list[int | bytes]:
         out, parent = [], self.seed
         for start in range(0, len(tokens) - len(tokens) % BS, BS):
-            block = b"".join(t.to_bytes(4, "little") for t in tokens[start:start + BS])
+            block = b"".join(t.to_bytes(4, "little") for t in tokens[start : start + BS])
             parent = hashlib.sha256(parent + block).digest()
             out.append(parent if self.as_bytes else int.from_bytes(parent[:8], "big"))
         return out

@@ -15,7 +15,8 @@ INSTALL = "apt-get install -y nats-server"
 
 def find_binary() -> str | None:
     return shutil.which("nats-server") or next(
-        (p for p in ("/usr/sbin/nats-server", "/usr/bin/nats-server") if Path(p).exists()), None)
+        (p for p in ("/usr/sbin/nats-server", "/usr/bin/nats-server") if Path(p).exists()), None
+    )
 
 
 def _free_port() -> int:
@@ -38,7 +39,9 @@ class NatsServer:
             self.port = _free_port()
             self.proc = subprocess.Popen(
                 [binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(store_dir)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             deadline = time.monotonic() + 15
             while self.proc.poll() is None and time.monotonic() < deadline:
                 if _accepting(self.port):

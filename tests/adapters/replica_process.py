@@ -14,8 +14,14 @@ from kvrouter.service.replicas import IndexReplica
 
 async def main(url: str, name: str, snapshot_path: str) -> None:
     nc = await nats.connect(servers=[url])
-    replica = IndexReplica(nc, NatsConfig(servers=(url,)), name, snapshot_path=snapshot_path,
-                           snapshot_interval_s=0.05, fetch_batch=4)
+    replica = IndexReplica(
+        nc,
+        NatsConfig(servers=(url,)),
+        name,
+        snapshot_path=snapshot_path,
+        snapshot_interval_s=0.05,
+        fetch_batch=4,
+    )
     await replica.start()
     while True:
         await asyncio.sleep(0.02)

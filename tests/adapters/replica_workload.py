@@ -15,8 +15,7 @@ def workload(workers: list[int], batches: int, seed: int = 0):
     """Batches in publishing order; returns (batches, prompts). Workers store
     conversations that grow turn by turn, evict, and now and then clear."""
     rng = random.Random(seed)
-    prompts = [[rng.randrange(50_000) for _ in range(BS * rng.randint(2, 6))]
-               for _ in range(12)]
+    prompts = [[rng.randrange(50_000) for _ in range(BS * rng.randint(2, 6))] for _ in range(12)]
     held: dict[int, dict[int, list[int]]] = {w: {} for w in workers}
     seqs = dict.fromkeys(workers, 0)
     out = []
@@ -30,16 +29,17 @@ def workload(workers: list[int], batches: int, seed: int = 0):
             prompts[which] = turn
             ids = hash_tokens(turn, BS)
             have = held[worker].get(which, [])
-            new = ids[len(have):]
-            events.append(StoredBlocks(new, turn[len(have) * BS:len(ids) * BS],
-                                       have[-1] if have else None))
+            new = ids[len(have) :]
+            events.append(
+                StoredBlocks(new, turn[len(have) * BS : len(ids) * BS], have[-1] if have else None)
+            )
             held[worker][which] = ids
         elif roll < 0.95 and held[worker]:
             which = rng.choice(sorted(held[worker]))
             ids = held[worker].pop(which)
-            events.append(RemovedBlocks(ids[len(ids) // 2:]))
+            events.append(RemovedBlocks(ids[len(ids) // 2 :]))
             if len(ids) // 2:
-                held[worker][which] = ids[:len(ids) // 2]
+                held[worker][which] = ids[: len(ids) // 2]
         else:
             events.append(ClearedAll())
             held[worker].clear()
@@ -56,5 +56,8 @@ def reference_index(batches: list[WorkerBatch]) -> PrefixIndex:
 
 
 def view(index: PrefixIndex, prompts: list[list[int]]):
-    return (index.workers(), index.stats()["blocks"],
-            [index.find_matches_for_tokens(p).tiers for p in prompts])
+    return (
+        index.workers(),
+        index.stats()["blocks"],
+        [index.find_matches_for_tokens(p).tiers for p in prompts],
+    )

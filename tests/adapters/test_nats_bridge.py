@@ -35,18 +35,23 @@ def test_replicas_route_by_events_the_bridge_relays(farm, nats_url):
 
     async def scenario():
         config = NatsConfig(servers=(nats_url,))
-        async with EngineBridge(config, [a, b]) as bridge, \
-                RouterReplica(config, "r1") as r1, RouterReplica(config, "r2") as r2:
+        async with (
+            EngineBridge(config, [a, b]) as bridge,
+            RouterReplica(config, "r1") as r1,
+            RouterReplica(config, "r2") as r2,
+        ):
             pub_a.publish([vs.stored("map", hasher.hashes(on_a), on_a)])
-            lost = pub_b.publish([vs.stored("positional", hasher.hashes(on_b), on_b)],
-                                 lost=True)
+            lost = pub_b.publish([vs.stored("positional", hasher.hashes(on_b), on_b)], lost=True)
             pub_b.publish([])  # reveals the lost batch, which replay repairs
             for replica in (r1, r2):
                 register_engines(replica.router, [a, b])
                 for engine, tokens in ((a, on_a), (b, on_b)):
-                    await until(lambda r=replica, e=engine, t=tokens:
-                                r.index.find_matches_for_tokens(t).scores == {e.worker_ids[0]: 6},
-                                f"{engine.name}'s blocks in replica {replica.name}")
+                    await until(
+                        lambda r=replica, e=engine, t=tokens: (
+                            r.index.find_matches_for_tokens(t).scores == {e.worker_ids[0]: 6}
+                        ),
+                        f"{engine.name}'s blocks in replica {replica.name}",
+                    )
             # The replicas can hold B's blocks (its repaired batch) before the
             # bridge has finished relaying the empty batch after it.
             await until(lambda: bridge.subscriber.stats["batches"] >= 3, "all 3 batches relayed")
@@ -70,8 +75,10 @@ def test_a_kvrouter_worker_publishes_to_the_stream(nats_url):
                 held = tokens if run_of_worker == 0 else other
                 await asyncio.to_thread(publisher.stored, None, hash_tokens(held), held)
                 await publisher.stop()
-                await until(lambda h=held: r1.index.find_matches_for_tokens(h).scores == {
-                    5: len(h) // 16}, "the worker's blocks")
+                await until(
+                    lambda h=held: r1.index.find_matches_for_tokens(h).scores == {5: len(h) // 16},
+                    "the worker's blocks",
+                )
             # The restarted worker's first batch dropped the earlier run's blocks.
             assert r1.index.find_matches_for_tokens(tokens).scores == {}
 

@@ -55,15 +55,19 @@ def test_alternating_replicas_spread_like_one_router(nats_url):
         for i in range(32):
             replica, other = (a, b) if i % 2 == 0 else (b, a)
             shared[replica.router.route(f"r{i}", prompt(i)).decode_worker] += 1
-            await until(lambda i=i, r=replica, o=other: o.router.knows(r.name, f"r{i}"),
-                        f"r{i} to reach the other replica")
+            await until(
+                lambda i=i, r=replica, o=other: o.router.knows(r.name, f"r{i}"),
+                f"r{i} to reach the other replica",
+            )
             alone[single.route(f"r{i}", prompt(i)).decode_worker] += 1
             assert spread(shared) == spread(alone) <= 1
         for i in range(32):
             (a if i % 2 == 0 else b).router.finished(f"r{i}")
         for replica, other in ((a, b), (b, a)):
-            await until(lambda r=replica, o=other: not o.router.books.get(r.name),
-                        "finished requests to reach the other replica")
+            await until(
+                lambda r=replica, o=other: not o.router.books.get(r.name),
+                "finished requests to reach the other replica",
+            )
         for replica in (a, b):
             await replica.stop()
 
@@ -76,7 +80,8 @@ def test_without_sharing_the_same_traffic_piles_up():
     register(a)
     register(b)
     counts = Counter(
-        (a if i % 2 == 0 else b).route(f"r{i}", prompt(i)).decode_worker for i in range(8))
+        (a if i % 2 == 0 else b).route(f"r{i}", prompt(i)).decode_worker for i in range(8)
+    )
     assert spread(counts) >= 2
 
 
@@ -92,8 +97,10 @@ def test_concurrent_routing_through_both_replicas_spreads_the_load(nats_url):
 
         await asyncio.gather(client(a, range(0, 64, 2)), client(b, range(1, 64, 2)))
         for replica, other in ((a, b), (b, a)):
-            await until(lambda r=replica, o=other: len(o.router.books.get(r.name, {})) == 32,
-                        "every booking to reach the other replica")
+            await until(
+                lambda r=replica, o=other: len(o.router.books.get(r.name, {})) == 32,
+                "every booking to reach the other replica",
+            )
         assert spread(Counter(chosen.values())) <= 2
         for replica in (a, b):
             await replica.stop()

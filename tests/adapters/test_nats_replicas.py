@@ -87,11 +87,19 @@ def test_a_killed_replica_resumes_from_its_snapshot_without_losing_events(nats_u
         config = NatsConfig(servers=(nats_url,))
         await publish(nats_url, batches[:200])
         proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("replica_process.py")), nats_url, "a",
-             str(snapshot)], env={**os.environ, "PYTHONPATH": str(REPO)})
+            [
+                sys.executable,
+                str(Path(__file__).with_name("replica_process.py")),
+                nats_url,
+                "a",
+                str(snapshot),
+            ],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
         try:
-            await until(lambda: (load_snapshot(snapshot) or (0,))[0] >= 50,
-                        "the replica's first snapshots")
+            await until(
+                lambda: (load_snapshot(snapshot) or (0,))[0] >= 50, "the replica's first snapshots"
+            )
             await publish(nats_url, batches[200:300])
         finally:
             proc.send_signal(signal.SIGKILL)

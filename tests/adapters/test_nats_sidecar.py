@@ -40,14 +40,19 @@ def test_the_sidecar_joins_both_replicas_and_either_routes_by_its_events(farm, n
                 for replica in (r1, r2):
                     for engine, tokens in ((a, on_a), (b, on_b)):
                         await until(
-                            lambda r=replica, e=engine, t=tokens: r.server.replica.index
-                            .find_matches_for_tokens(t).scores == {e.worker_ids[0]: 8},
-                            f"engine {engine.name}'s blocks in replica {replica.name}")
+                            lambda r=replica, e=engine, t=tokens: (
+                                r.server.replica.index.find_matches_for_tokens(t).scores
+                                == {e.worker_ids[0]: 8}
+                            ),
+                            f"engine {engine.name}'s blocks in replica {replica.name}",
+                        )
                 for turn, replica in enumerate((r1, r2)):
                     for engine, tokens in ((a, on_a), (b, on_b)):
                         chosen = await replica.route(f"{engine.name}-{turn}", tokens + [turn])
                         assert (chosen.decode_worker, chosen.decode_address) == (
-                            engine.worker_ids[0], engine.address)
+                            engine.worker_ids[0],
+                            engine.address,
+                        )
             # The sidecar left both replicas as it stopped.
             for replica in (r1, r2):
                 listing = await replica.registry.List(pb.ListWorkersRequest(), timeout=CALL_S)

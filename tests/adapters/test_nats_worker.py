@@ -55,9 +55,10 @@ def test_the_worker_joins_both_replicas_and_its_events_reach_both_indexes(nats_u
                 await asyncio.to_thread(generate, worker)
                 for replica in (r1, r2):
                     await until(
-                        lambda r=replica: r.server.replica.index.find_matches_for_tokens(
-                            tokens
-                        ).scores == {worker_id: 3},
+                        lambda r=replica: (
+                            r.server.replica.index.find_matches_for_tokens(tokens).scores
+                            == {worker_id: 3}
+                        ),
                         f"the worker's prompt blocks in replica {replica.name}",
                     )
             finally:

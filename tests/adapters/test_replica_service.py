@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 import signal
 import socket
@@ -53,7 +54,7 @@ def config(url: str, name: str, **overrides) -> ServiceConfig:
         log_decisions=False,
         heartbeat_ttl_s=600.0,
         drain_grace_s=0.0,
-        nats=url,
+        nats=(url,),
         replica_name=name,
     )
     return dataclasses.replace(ServiceConfig(), **{**settings, **overrides})
@@ -275,7 +276,7 @@ def test_replica_settings_follow_flags_env_and_file(tmp_path, monkeypatch, capsy
     argv = ["serve", "--config", str(file), "--nats-stream", "EVENTS2", "--print-config"]
     assert kvrouter_main(argv) == 0
     out = capsys.readouterr().out
-    assert '"nats": "nats://file:4222"' in out
+    assert json.loads(out)["nats"] == ["nats://file:4222"]
     assert '"replica_name": "from-env"' in out
     assert '"nats_stream": "EVENTS2"' in out
 

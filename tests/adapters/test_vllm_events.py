@@ -35,8 +35,8 @@ def test_stored_and_removed_blocks_land_in_the_index(farm, encoding):
         index = PrefixIndex(BS)
         async with EngineSubscriber([engine], IndexSink(index), block_size=BS):
             worker = engine.worker_ids[0]
-            pub.publish([vs.stored(encoding, ids[:2], tokens[:2 * BS])])
-            pub.publish([vs.stored(encoding, ids[2:], tokens[2 * BS:], parent=ids[1])])
+            pub.publish([vs.stored(encoding, ids[:2], tokens[: 2 * BS])])
+            pub.publish([vs.stored(encoding, ids[2:], tokens[2 * BS :], parent=ids[1])])
             await delivered(index, worker, 1)
             assert index.find_matches_for_tokens(tokens + [1, 2, 3]).scores == {worker: 4}
             seq = pub.publish([vs.removed(encoding, ids[3:])])
@@ -59,13 +59,16 @@ def test_medium_becomes_the_tier(farm, encoding):
         index = PrefixIndex(BS)
         async with EngineSubscriber([engine], IndexSink(index), block_size=BS):
             worker = engine.worker_ids[0]
-            seq = pub.publish([
-                vs.stored(encoding, hasher.hashes(on_gpu), on_gpu, medium="GPU"),
-                vs.stored(encoding, hasher.hashes(on_cpu), on_cpu, medium="CPU"),
-                vs.stored(encoding, hasher.hashes(on_disk), on_disk, medium="DISK"),
-                vs.stored(encoding, hasher.hashes(prompt(4, 1)), prompt(4, 1),
-                          medium="SOMEWHERE_NEW"),
-            ])
+            seq = pub.publish(
+                [
+                    vs.stored(encoding, hasher.hashes(on_gpu), on_gpu, medium="GPU"),
+                    vs.stored(encoding, hasher.hashes(on_cpu), on_cpu, medium="CPU"),
+                    vs.stored(encoding, hasher.hashes(on_disk), on_disk, medium="DISK"),
+                    vs.stored(
+                        encoding, hasher.hashes(prompt(4, 1)), prompt(4, 1), medium="SOMEWHERE_NEW"
+                    ),
+                ]
+            )
             await delivered(index, worker, seq)
             assert index.find_matches_for_tokens(on_gpu).tiers == {worker: (2, 0, 0)}
             assert index.find_matches_for_tokens(on_cpu).tiers == {worker: (0, 3, 0)}
@@ -86,19 +89,27 @@ def test_lora_extra_keys_and_kv_groups(farm):
         async with EngineSubscriber([engine], IndexSink(index), block_size=BS):
             worker = engine.worker_ids[0]
             salted_ids = hasher.hashes(salted)
-            seq = pub.publish([
-                vs.stored("map", hasher.hashes(adapter), adapter, lora_name="sql-lora",
-                          extra_keys=[("sql-lora",), ("sql-lora",)]),
-                # A cache salt rides in the first block's extra keys only.
-                vs.stored("map", salted_ids, salted, extra_keys=[("tenant-7",), None, None]),
-                # A second KV cache group (hybrid model) is not indexed.
-                vs.stored("map", hasher.hashes(text), text, group_idx=1),
-                vs.stored("map", [h + b"g0" for h in hasher.hashes(text)], text, group_idx=0),
-            ])
+            seq = pub.publish(
+                [
+                    vs.stored(
+                        "map",
+                        hasher.hashes(adapter),
+                        adapter,
+                        lora_name="sql-lora",
+                        extra_keys=[("sql-lora",), ("sql-lora",)],
+                    ),
+                    # A cache salt rides in the first block's extra keys only.
+                    vs.stored("map", salted_ids, salted, extra_keys=[("tenant-7",), None, None]),
+                    # A second KV cache group (hybrid model) is not indexed.
+                    vs.stored("map", hasher.hashes(text), text, group_idx=1),
+                    vs.stored("map", [h + b"g0" for h in hasher.hashes(text)], text, group_idx=0),
+                ]
+            )
             await delivered(index, worker, seq)
             assert index.find_matches_for_tokens(adapter).scores == {}
             assert index.find_matches_for_tokens(adapter, namespace="sql-lora").scores == {
-                worker: 2}
+                worker: 2
+            }
             # Salted blocks never match a plain query of the same tokens.
             assert index.find_matches_for_tokens(salted).scores == {}
             assert index.workers()[worker][0] == 2 + 3 + 2
@@ -118,17 +129,22 @@ def test_routing_follows_the_engines_caches(farm):
         router = Router(index)
         assert register_engines(router, [a, b]) == [a.worker_ids[0], b.worker_ids[0]]
         async with EngineSubscriber([a, b], IndexSink(index), block_size=BS):
-            seq_a = pub_a.publish([vs.stored("positional", hasher.hashes(cached_on_a),
-                                             cached_on_a)])
+            seq_a = pub_a.publish(
+                [vs.stored("positional", hasher.hashes(cached_on_a), cached_on_a)]
+            )
             seq_b = pub_b.publish([vs.stored("map", hasher.hashes(cached_on_b), cached_on_b)])
             await delivered(index, a.worker_ids[0], seq_a)
             await delivered(index, b.worker_ids[0], seq_b)
             for turn in range(4):
                 follow_up = [7, 7, turn]
-                assert router.route(f"a{turn}", cached_on_a + follow_up).decode_worker == \
-                    a.worker_ids[0]
-                assert router.route(f"b{turn}", cached_on_b + follow_up).decode_worker == \
-                    b.worker_ids[0]
+                assert (
+                    router.route(f"a{turn}", cached_on_a + follow_up).decode_worker
+                    == a.worker_ids[0]
+                )
+                assert (
+                    router.route(f"b{turn}", cached_on_b + follow_up).decode_worker
+                    == b.worker_ids[0]
+                )
 
     run(scenario())
 
@@ -142,11 +158,13 @@ def test_data_parallel_ranks_are_separate_workers(farm):
         index = PrefixIndex(BS)
         async with EngineSubscriber([engine], IndexSink(index), block_size=BS):
             for rank, pub in enumerate(pubs):
-                seq = pub.publish([vs.stored("positional", hasher.hashes(tokens[rank]),
-                                             tokens[rank])])
+                seq = pub.publish(
+                    [vs.stored("positional", hasher.hashes(tokens[rank]), tokens[rank])]
+                )
                 await delivered(index, engine.worker_ids[rank], seq)
             for rank in range(2):
                 assert index.find_matches_for_tokens(tokens[rank]).scores == {
-                    engine.worker_ids[rank]: len(tokens[rank]) // BS}
+                    engine.worker_ids[rank]: len(tokens[rank]) // BS
+                }
 
     run(scenario())

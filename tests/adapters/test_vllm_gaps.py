@@ -86,8 +86,9 @@ def test_without_a_replay_socket_a_gap_resyncs(farm):
             worker = engine.worker_ids[0]
             # Without replay only what arrives live counts; wait until the
             # subscription carries messages.
-            await until(lambda: (pub.publish([]), next_seq_of(index, worker) > 0)[1],
-                        "the subscription")
+            await until(
+                lambda: (pub.publish([]), next_seq_of(index, worker) > 0)[1], "the subscription"
+            )
             seq = pub.publish([store(hasher, evicted, "map")])
             await delivered(index, worker, seq)
             pub.publish([vs.removed("map", hasher.hashes(evicted))], lost=True)

@@ -19,8 +19,11 @@ def test_the_router_service_routes_by_the_engines_events(farm):
     on_a, on_b = prompt(1, 8), prompt(2, 8)
 
     async def scenario():
-        server = RouterServer(ServiceConfig(listen="127.0.0.1:0", metrics_listen="",
-                                            log_format="text", log_decisions=False))
+        server = RouterServer(
+            ServiceConfig(
+                listen="127.0.0.1:0", metrics_listen="", log_format="text", log_decisions=False
+            )
+        )
         await server.start()
         target = f"127.0.0.1:{server.port}"
         try:
@@ -28,12 +31,18 @@ def test_the_router_service_routes_by_the_engines_events(farm):
                 pub_a.publish([vs.stored("map", hasher.hashes(on_a), on_a)])
                 pub_b.publish([vs.stored("positional", hasher.hashes(on_b), on_b)])
                 for engine, tokens in ((a, on_a), (b, on_b)):
-                    await until(lambda e=engine, t=tokens: server.index.find_matches_for_tokens(
-                        t).scores == {e.worker_ids[0]: 8}, f"engine {engine.name}'s blocks")
+                    await until(
+                        lambda e=engine, t=tokens: (
+                            server.index.find_matches_for_tokens(t).scores == {e.worker_ids[0]: 8}
+                        ),
+                        f"engine {engine.name}'s blocks",
+                    )
                 for turn in range(3):
                     chosen = await client.route(on_a + [turn])
                     assert (chosen.decode_worker, chosen.decode_address) == (
-                        a.worker_ids[0], "http://a:8000")
+                        a.worker_ids[0],
+                        "http://a:8000",
+                    )
                     chosen = await client.route(on_b + [turn])
                     assert chosen.decode_worker == b.worker_ids[0]
         finally:

@@ -30,29 +30,58 @@ def encode(obj) -> bytes:
 
 @pytest.mark.parametrize("encoding", vs.ENCODINGS)
 def test_each_published_encoding_decodes_to_the_same_events(encoding):
-    payload = encode(vs.batch(encoding, 1.5, [
-        vs.stored(encoding, [1, 2], TOKENS, parent=9),
-        vs.removed(encoding, [2]),
-        vs.cleared(encoding),
-    ], dp_rank=3))
+    payload = encode(
+        vs.batch(
+            encoding,
+            1.5,
+            [
+                vs.stored(encoding, [1, 2], TOKENS, parent=9),
+                vs.removed(encoding, [2]),
+                vs.cleared(encoding),
+            ],
+            dp_rank=3,
+        )
+    )
     batch = decode_batch(payload)
     assert batch.ts == 1.5
     assert batch.data_parallel_rank == (None if encoding == "legacy" else 3)
     stored, removed, cleared = batch.events
-    assert (stored.block_hashes, stored.parent_block_hash, stored.token_ids,
-            stored.block_size) == ([1, 2], 9, TOKENS, 16)
+    assert (stored.block_hashes, stored.parent_block_hash, stored.token_ids, stored.block_size) == (
+        [1, 2],
+        9,
+        TOKENS,
+        16,
+    )
     assert isinstance(removed, BlockRemoved) and removed.block_hashes == [2]
     assert isinstance(cleared, AllBlocksCleared)
 
 
 def test_unknown_fields_and_events_are_ignored():
-    future_map = {"type": "BlockStored", "block_hashes": [1, 2], "parent_block_hash": None,
-                  "token_ids": TOKENS, "block_size": 16, "medium": "GPU",
-                  "a_field_from_the_future": {"x": 1}}
+    future_map = {
+        "type": "BlockStored",
+        "block_hashes": [1, 2],
+        "parent_block_hash": None,
+        "token_ids": TOKENS,
+        "block_size": 16,
+        "medium": "GPU",
+        "a_field_from_the_future": {"x": 1},
+    }
     future_positional = ["BlockRemoved", [5], "CPU", None, "later", ["fields"]]
-    batch = decode_batch(encode({"ts": 0.0, "events": [
-        future_map, future_positional, {"type": "BlockMoved", "block_hashes": [1]},
-        ["SomethingNew", 1, 2]], "data_parallel_rank": 0, "batch_id": "new"}))
+    batch = decode_batch(
+        encode(
+            {
+                "ts": 0.0,
+                "events": [
+                    future_map,
+                    future_positional,
+                    {"type": "BlockMoved", "block_hashes": [1]},
+                    ["SomethingNew", 1, 2],
+                ],
+                "data_parallel_rank": 0,
+                "batch_id": "new",
+            }
+        )
+    )
     assert [type(e) for e in batch.events] == [BlockStored, BlockRemoved]
     assert batch.events[1].medium == "CPU"
     assert batch.skipped_tags == ["BlockMoved", "SomethingNew"]
@@ -64,17 +93,20 @@ def test_speculative_token_pairs_become_the_sequence():
     assert batch.events[0].token_ids == TOKENS
 
 
-@pytest.mark.parametrize("payload, message", [
-    (b"\xc1", "not msgpack"),
-    (encode("batch"), "array or a map"),
-    (encode([0.0, 5]), "no event list"),
-    (encode([0.0, [["BlockStored", [1], None, TOKENS]]]), "without block_size"),
-    (encode([0.0, [["BlockStored", ["x"], None, TOKENS, 16]]]), "ints or bytes"),
-    (encode([0.0, [["BlockStored", [1], None, [-1] * 16, 16]]]), "u32"),
-    (encode([0.0, [["BlockStored", [1], None, TOKENS, 0]]]), "block_size"),
-    (encode([0.0, [5]]), "neither"),
-    (encode([0.0, [], -2]), "data_parallel_rank"),
-])
+@pytest.mark.parametrize(
+    "payload, message",
+    [
+        (b"\xc1", "not msgpack"),
+        (encode("batch"), "array or a map"),
+        (encode([0.0, 5]), "no event list"),
+        (encode([0.0, [["BlockStored", [1], None, TOKENS]]]), "without block_size"),
+        (encode([0.0, [["BlockStored", ["x"], None, TOKENS, 16]]]), "ints or bytes"),
+        (encode([0.0, [["BlockStored", [1], None, [-1] * 16, 16]]]), "u32"),
+        (encode([0.0, [["BlockStored", [1], None, TOKENS, 0]]]), "block_size"),
+        (encode([0.0, [5]]), "neither"),
+        (encode([0.0, [], -2]), "data_parallel_rank"),
+    ],
+)
 def test_malformed_payloads_are_rejected_with_a_reason(payload, message):
     with pytest.raises(WireError, match=message):
         decode_batch(payload)
@@ -89,27 +121,40 @@ def test_bytes_hashes_become_vllms_own_int_form():
 
 def test_conversion_keeps_what_the_router_can_hash():
     converter = EventConverter(block_size=16, namespace="model")
-    events = converter.convert([
-        BlockStored([1, 2, 3], TOKENS, 16, parent_block_hash=b"\x00\x09"),
-        BlockStored([4], TOKENS[:16], 32),
-        BlockStored([5, 5], TOKENS, 16),
-        BlockRemoved([b"\x01"], medium="cpu_pinned"),
-        AllBlocksCleared(),
-    ])
+    events = converter.convert(
+        [
+            BlockStored([1, 2, 3], TOKENS, 16, parent_block_hash=b"\x00\x09"),
+            BlockStored([4], TOKENS[:16], 32),
+            BlockStored([5, 5], TOKENS, 16),
+            BlockRemoved([b"\x01"], medium="cpu_pinned"),
+            AllBlocksCleared(),
+        ]
+    )
     assert events == [
         StoredBlocks([1, 2], TOKENS, parent=9, namespace="model"),
         RemovedBlocks([1], tier="host"),
         ClearedAll(),
     ]
-    assert dict(converter.skipped) == {"missing_tokens": 1, "block_size_mismatch": 1,
-                                       "repeated_block_id": 1}
+    assert dict(converter.skipped) == {
+        "missing_tokens": 1,
+        "block_size_mismatch": 1,
+        "repeated_block_id": 1,
+    }
 
 
 def test_extra_keys_split_a_stored_event_at_namespace_changes():
     converter = EventConverter(block_size=16)
-    [plain, image, after] = converter.convert([BlockStored(
-        [1, 2, 3], TOKENS + TOKENS[:16], 16, lora_name="ad",
-        extra_keys=[("ad",), ("ad", "f" * 64), None])])
+    [plain, image, after] = converter.convert(
+        [
+            BlockStored(
+                [1, 2, 3],
+                TOKENS + TOKENS[:16],
+                16,
+                lora_name="ad",
+                extra_keys=[("ad",), ("ad", "f" * 64), None],
+            )
+        ]
+    )
     assert (plain.block_ids, plain.parent, plain.namespace) == ([1], None, "ad")
     assert image.block_ids == [2] and image.parent == 1 and image.namespace.startswith("ad#")
     assert (after.block_ids, after.parent, after.namespace) == ([3], 2, "ad")
@@ -117,9 +162,11 @@ def test_extra_keys_split_a_stored_event_at_namespace_changes():
 
 def test_engines_load_from_toml_with_dp_ranks(tmp_path):
     path = tmp_path / "engines.toml"
-    path.write_text('[[engines]]\nname = "a"\nendpoint = "tcp://h:5557"\n'
-                    'replay_endpoint = "tcp://h:5567"\ndata_parallel_size = 2\n'
-                    '[[engines]]\nname = "b"\nendpoint = "ipc:///tmp/b"\nworker_ids = [7]\n')
+    path.write_text(
+        '[[engines]]\nname = "a"\nendpoint = "tcp://h:5557"\n'
+        'replay_endpoint = "tcp://h:5567"\ndata_parallel_size = 2\n'
+        '[[engines]]\nname = "b"\nendpoint = "ipc:///tmp/b"\nworker_ids = [7]\n'
+    )
     a, b = load_engines(path)
     assert [s.endpoint for s in a.streams] == ["tcp://h:5557", "tcp://h:5558"]
     assert [s.replay_endpoint for s in a.streams] == ["tcp://h:5567", "tcp://h:5568"]
@@ -129,12 +176,15 @@ def test_engines_load_from_toml_with_dp_ranks(tmp_path):
     assert offset_endpoint("inproc://x", 2) == "inproc://x_dp2"
 
 
-@pytest.mark.parametrize("config, message", [
-    ({"engines": [{"name": "a", "endpoint": "tcp://h:1", "typo": 1}]}, "unknown keys"),
-    ({"engines": [{"name": "a", "endpoint": "tcp://h:1", "worker_ids": [1, 2]}]}, "one id"),
-    ({"engines": [{"name": "a", "endpoint": "tcp://h:1"}] * 2}, "unique"),
-    ({"engines": [{"name": "", "endpoint": "tcp://h:1"}]}, "needs a name"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"engines": [{"name": "a", "endpoint": "tcp://h:1", "typo": 1}]}, "unknown keys"),
+        ({"engines": [{"name": "a", "endpoint": "tcp://h:1", "worker_ids": [1, 2]}]}, "one id"),
+        ({"engines": [{"name": "a", "endpoint": "tcp://h:1"}] * 2}, "unique"),
+        ({"engines": [{"name": "", "endpoint": "tcp://h:1"}]}, "needs a name"),
+    ],
+)
 def test_bad_engine_configs_say_what_is_wrong(config, message):
     with pytest.raises(ValueError, match=message):
         load_engines(config)

@@ -35,15 +35,22 @@ def bind_consecutive(ctx: zmq.Context, kind: int, count: int) -> tuple[list[zmq.
 
 
 class VllmStylePublisher:
-    def __init__(self, pub: zmq.Socket, replay: zmq.Socket, *, encoding: str,
-                 dp_rank: int | None = 0, buffer_steps: int = 10_000, topic: str = "kv") -> None:
+    def __init__(
+        self,
+        pub: zmq.Socket,
+        replay: zmq.Socket,
+        *,
+        encoding: str,
+        dp_rank: int | None = 0,
+        buffer_steps: int = 10_000,
+        topic: str = "kv",
+    ) -> None:
         self.pub, self.replay = pub, replay
         self.encoding = encoding
         self.dp_rank = dp_rank
         self.topic = topic.encode()
         self.seq = 0
-        self._buffer: collections.deque[tuple[int, bytes]] = collections.deque(
-            maxlen=buffer_steps)
+        self._buffer: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=buffer_steps)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._encoder = msgspec.msgpack.Encoder()
@@ -54,7 +61,8 @@ class VllmStylePublisher:
         """Publishes the next batch; with `lost`, only buffers it, as if the
         network had dropped it. Returns its seq."""
         payload = self._encoder.encode(
-            vllm_schema.batch(self.encoding, time.time(), events, self.dp_rank))
+            vllm_schema.batch(self.encoding, time.time(), events, self.dp_rank)
+        )
         return self.publish_raw(payload, lost=lost)
 
     def publish_raw(self, payload: bytes, *, lost: bool = False) -> int:

@@ -100,16 +100,36 @@ class LegacyBlockRemoved(PositionalEvent, tag="BlockRemoved"):
     block_hashes: list[int]
 
 
-def stored(encoding: str, block_hashes, token_ids, *, parent=None, block_size=16,
-           medium=None, lora_name=None, extra_keys=None, group_idx=None):
+def stored(
+    encoding: str,
+    block_hashes,
+    token_ids,
+    *,
+    parent=None,
+    block_size=16,
+    medium=None,
+    lora_name=None,
+    extra_keys=None,
+    group_idx=None,
+):
     if encoding == "legacy":
         return LegacyBlockStored(block_hashes, parent, token_ids, block_size, None)
     if encoding == "positional":
-        return PositionalBlockStored(block_hashes, parent, token_ids, block_size, None, medium,
-                                     lora_name, extra_keys)
-    return MapBlockStored(block_hashes, parent, token_ids, block_size, None, medium, lora_name,
-                          extra_keys, group_idx, "full_attention" if group_idx is not None
-                          else None)
+        return PositionalBlockStored(
+            block_hashes, parent, token_ids, block_size, None, medium, lora_name, extra_keys
+        )
+    return MapBlockStored(
+        block_hashes,
+        parent,
+        token_ids,
+        block_size,
+        None,
+        medium,
+        lora_name,
+        extra_keys,
+        group_idx,
+        "full_attention" if group_idx is not None else None,
+    )
 
 
 def removed(encoding: str, block_hashes, *, medium=None, group_idx=None):

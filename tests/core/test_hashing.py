@@ -1,4 +1,5 @@
-"""Block hashing as DESIGN.md defines it, from every accepted input type."""
+"""Block hashing as src_rust/hashing.rs defines it, from every accepted input
+type, checked against an independent implementation."""
 
 import array
 

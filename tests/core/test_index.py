@@ -145,11 +145,11 @@ def test_apply_many_isolates_a_bad_batch():
 
 
 def test_approximate_entries_route_bursts_then_expire():
-    index = PrefixIndex(BS)
+    index = PrefixIndex(BS, manual_clock=True)
     hashes = hash_tokens(conversation(64), BS)
     index.insert_approximate(5, hashes, ttl_s=0.05)
     assert index.find_matches(hashes).scores == {5: 4}
-    threading.Event().wait(0.1)
+    index.set_time(0.1)
     assert index.find_matches(hashes).scores == {}
 
 

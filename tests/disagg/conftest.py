@@ -6,12 +6,13 @@ lease or a pinned block."""
 from __future__ import annotations
 
 import pytest
+from waiting import wait_until
 
 from kvrouter.demo.cluster import LocalCluster
 from kvrouter.engine import EngineConfig, LLMEngine, SamplingParams
 from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint
 
-from .helpers import all_idle, wait_until
+from .helpers import all_idle
 
 ROLES = ["prefill", "prefill", "decode", "decode"]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 
 import grpc
 
@@ -28,15 +27,6 @@ def generate(target: str, tokens: list[int], max_tokens: int, **kwargs) -> Gener
             return await client.generate(tokens, max_tokens=max_tokens, ignore_eos=True, **kwargs)
 
     return asyncio.run(run())
-
-
-def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> None:
-    """Polls `predicate` (state that changes asynchronously; no timing is asserted)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def overlap(target: str, tokens: list[int], worker_id: int) -> int:

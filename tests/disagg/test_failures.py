@@ -12,12 +12,13 @@ import signal
 from contextlib import contextmanager
 
 import pytest
+from waiting import wait_until
 
 from kvrouter.client import Unavailable
 from kvrouter.client.generate import GenerateClient
 
 from .conftest import start_cluster
-from .helpers import BLOCK, generate, overlap, prompt, wait_until
+from .helpers import BLOCK, generate, overlap, prompt
 
 ROUTER_ENV = {
     "KVROUTER_PROXY_PREFILL_TIMEOUT_S": "3",

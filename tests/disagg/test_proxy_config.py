@@ -7,17 +7,18 @@ import pytest
 
 from kvrouter._core import PrefixIndex
 from kvrouter.policy import NoWorkerAvailable, Router
+from kvrouter.service.config import load
 from kvrouter.service.proxy_config import ProxyConfig
 from kvrouter.service.round_robin import RoundRobinRouter
 from kvrouter.service.workers import WorkerRecord, WorkerTable
 
 
 def test_settings_come_from_the_environment():
-    config = ProxyConfig.from_env(
-        {"KVROUTER_PROXY_PREFILL_TIMEOUT_S": "2.5", "KVROUTER_PROXY_POLICY": "round_robin"}
-    )
+    config = load(
+        env={"KVROUTER_PROXY_PREFILL_TIMEOUT_S": "2.5", "KVROUTER_PROXY_POLICY": "round_robin"}
+    ).proxy
     assert config.prefill_timeout_s == 2.5 and config.policy == "round_robin"
-    assert ProxyConfig.from_env({}) == ProxyConfig()
+    assert load(env={}).proxy == ProxyConfig()
 
 
 @pytest.mark.parametrize(
@@ -30,7 +31,7 @@ def test_settings_come_from_the_environment():
 )
 def test_bad_settings_are_refused(env):
     with pytest.raises(ValueError, match="KVROUTER_PROXY|ProxyConfig|policy"):
-        ProxyConfig.from_env(env)
+        load(env=env)
 
 
 def test_round_robin_takes_workers_in_turn():

@@ -9,6 +9,7 @@ import asyncio
 
 import grpc
 import pytest
+from waiting import wait_until
 
 from kvrouter.client import DeadlineExceeded, InvalidArgument
 from kvrouter.client.generate import GenerateClient
@@ -16,7 +17,7 @@ from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import router_pb2_grpc
 
 from .conftest import start_cluster
-from .helpers import BLOCK, all_idle, generate, overlap, prompt, wait_until
+from .helpers import BLOCK, all_idle, generate, overlap, prompt
 
 
 @pytest.fixture(scope="module")

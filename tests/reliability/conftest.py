@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,14 +14,6 @@ from threaded_router import ThreadedRouter, router_config, started_routers
 from kvrouter.client import RouterClient
 
 WORKER_SCRIPT = Path(__file__).with_name("worker_process.py")
-
-
-def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 class LocalRouter(ThreadedRouter):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import socket
 
+from waiting import wait_until
+
 from kvrouter.client import KvEventPublisher, WorkerRegistration
 
-from .conftest import wait_until
 from .worker_process import BLOCK
 
 

@@ -10,14 +10,13 @@ import threading
 
 import grpc
 import pytest
+from waiting import wait_until
 
 from kvrouter._core import PrefixIndex
 from kvrouter.client import WorkerRegistration
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 from kvrouter.service.convert import core_events
-
-from .conftest import wait_until
 
 BLOCK = 16
 BATCHES = 40

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import signal
 
-from .conftest import wait_until
+from waiting import wait_until
+
 from .worker_process import prompt
 
 

@@ -8,11 +8,12 @@ import threading
 
 import grpc
 import pytest
+from waiting import wait_until
 
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 
-from .helpers import BLOCK, prompt, wait_until
+from .helpers import BLOCK, prompt
 
 
 class RawStream:

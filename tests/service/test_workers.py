@@ -7,12 +7,13 @@ import threading
 
 import grpc
 import pytest
+from waiting import wait_until
 
 from kvrouter.client import Unavailable, WorkerLoad, WorkerRegistration
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 
-from .helpers import BLOCK, prompt, wait_until
+from .helpers import BLOCK, prompt
 
 FAST = dict(heartbeat_interval_s=0.05, heartbeat_ttl_s=0.5)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 
 from kvrouter.proto_gen import generation_pb2 as gen
 
@@ -27,15 +26,6 @@ def collect(stream) -> tuple[list[int], list]:
     """All tokens of a GenerateResponse stream, and its messages."""
     messages = list(stream)
     return [t for m in messages for t in m.token_ids], messages
-
-
-def wait_until(predicate, timeout: float = 20.0, what: str = "condition") -> None:
-    """Polls `predicate` (state that changes asynchronously; no timing is asserted)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def idle(status) -> bool:

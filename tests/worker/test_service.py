@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from waiting import wait_until
 
 from kvrouter.engine.llm_engine import default_hash_tokens
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import worker_pb2 as wpb
 
-from .helpers import BLOCK, collect, idle, prompt, request, wait_until
+from .helpers import BLOCK, collect, idle, prompt, request
 
 
 def test_generate_matches_the_reference(start_worker, reference):

@@ -26,11 +26,10 @@ from kvrouter.service.server import RouterServer
 
 
 def nats_config(config: ServiceConfig) -> NatsConfig:
-    servers = tuple(url.strip() for url in config.nats.split(",") if url.strip())
-    if not servers:
+    if not config.nats:
         raise ValueError("nats: give at least one server URL")
     return NatsConfig(
-        servers=servers, stream=config.nats_stream, subject_prefix=config.nats_subject_prefix
+        servers=config.nats, stream=config.nats_stream, subject_prefix=config.nats_subject_prefix
     )
 
 

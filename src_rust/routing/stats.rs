@@ -1,6 +1,15 @@
 //! What the router keeps of each decision: Prometheus figures (read at
 //! scrape time) and the decision log's records (drained by its writer).
 
+/// Seconds to decide one request: the default latency buckets.
+pub const LATENCY_BOUNDS: [f64; 19] = [
+    1e-5, 2.5e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4, 7.5e-4, 1e-3, 1.5e-3, 2e-3, 3e-3,
+    5e-3, 1e-2, 5e-2, 0.25, 1.0,
+];
+
+/// Shares (cached blocks of the prompt): the default overlap buckets.
+pub const RATIO_BOUNDS: [f64; 8] = [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0];
+
 use crate::ids::WorkerId;
 use hashbrown::HashMap;
 

@@ -1,0 +1,237 @@
+//! kvrouter's policy: every candidate priced by predicted time to first
+//! token (cost.rs), plus the congestion its extra prefill passes on, the
+//! cheapest picked fairly (select.rs), and the prefill split off to a
+//! prefill worker when that is faster. Design notes: README.md.
+
+use super::calibrate::Calibrator;
+use super::config::PolicyConfig;
+use super::cost::{Coefficients, Request};
+use super::pool::Pool;
+use super::select::{Candidate, Pick, Rng};
+use super::{Decision, Overlaps, RouteError, RoutingPolicy, Timing};
+use crate::index::TierDepths;
+
+pub struct CostPolicy {
+    config: PolicyConfig,
+    calibrator: Calibrator,
+    rng: Rng,
+    turn: u64,
+    /// Moving average of each request's least prefill work (ms): the size
+    /// of the requests a backlog is made of, for `Cost::congestion_ms`.
+    typical_work_ms: Option<f64>,
+}
+
+/// Weight of each request in `typical_work_ms`.
+const TYPICAL_WORK_ALPHA: f64 = 0.02;
+
+impl CostPolicy {
+    pub fn new(config: &PolicyConfig) -> Self {
+        CostPolicy {
+            calibrator: Calibrator::new(config.calibration_alpha),
+            rng: Rng::new(config.seed),
+            config: config.clone(),
+            turn: 0,
+            typical_work_ms: None,
+        }
+    }
+
+    fn candidates(
+        &self,
+        pool: &Pool,
+        request: &Request,
+        overlaps: Overlaps<'_>,
+        prefill_pool: bool,
+    ) -> Vec<Candidate> {
+        let mut out: Vec<Candidate> = pool
+            .eligible(request.num_blocks, prefill_pool)
+            .into_iter()
+            .map(|worker| {
+                let load = pool.load(worker);
+                let overlap = overlap_of(overlaps, worker);
+                Candidate {
+                    worker,
+                    overlap,
+                    cost: self
+                        .config
+                        .coefficients
+                        .prefill_cost(request, overlap, &load),
+                    active_requests: load.active_requests,
+                    overloaded: false,
+                }
+            })
+            .collect();
+        if let Some(typical) = self.typical_work_ms {
+            let least = least_work_ms(&out);
+            let weight = self.config.congestion_weight / typical.max(f64::MIN_POSITIVE);
+            for c in out.iter_mut() {
+                c.cost.congestion_ms = weight * (c.cost.work_ms() - least) * c.cost.queue_ms;
+            }
+        }
+        self.config.selector.mark_overloaded(&mut out);
+        out
+    }
+
+    /// Folds this request's least prefill work into `typical_work_ms`.
+    fn observe_work(&mut self, candidates: &[Candidate]) {
+        if candidates.is_empty() {
+            return;
+        }
+        let least = least_work_ms(candidates);
+        self.typical_work_ms = Some(match self.typical_work_ms {
+            Some(typical) => typical + TYPICAL_WORK_ALPHA * (least - typical),
+            None => least,
+        });
+    }
+
+    fn pick(&mut self, candidates: &[Candidate]) -> Option<(usize, Pick)> {
+        self.turn += 1;
+        self.config
+            .selector
+            .pick(candidates, &mut self.rng, self.turn)
+    }
+}
+
+impl RoutingPolicy for CostPolicy {
+    fn decide(
+        &mut self,
+        pool: &Pool,
+        request: &Request,
+        overlaps: Overlaps<'_>,
+    ) -> Result<Decision, RouteError> {
+        let local = self.candidates(pool, request, overlaps, false);
+        self.observe_work(&local);
+        let Some((d, how)) = self.pick(&local) else {
+            return Err(RouteError::NoWorker {
+                blocks: request.num_blocks,
+                registered: pool.len(),
+            });
+        };
+        let coefficients = self.config.coefficients;
+        let uncached_local = coefficients.uncached_tokens(request, local[d].overlap);
+        let prefill = self.candidates(pool, request, overlaps, true);
+        let local_decision = |reason: String, prefill_candidates: Vec<Candidate>| Decision {
+            decode_worker: local[d].worker,
+            prefill_worker: None,
+            predicted_ttft_ms: local[d].cost.total(),
+            prefill_tokens: uncached_local,
+            reason,
+            decode_candidates: local.clone(),
+            prefill_candidates,
+        };
+        let Some((p, _)) = self.pick(&prefill) else {
+            return Ok(local_decision(explain(how, &local, d), prefill));
+        };
+        if uncached_local <= self.config.local_prefill_max_tokens {
+            let reason = format!(
+                "{}; prefilled locally: only {uncached_local} uncached tokens (threshold {})",
+                explain(how, &local, d),
+                self.config.local_prefill_max_tokens
+            );
+            return Ok(local_decision(reason, prefill));
+        }
+        if prefill[p].cost.queue_ms >= self.config.prefill_saturation_ms {
+            let reason = format!(
+                "{}; prefilled locally: prefill pool saturated ({:.0} ms queued on the least busy)",
+                explain(how, &local, d),
+                prefill[p].cost.queue_ms
+            );
+            return Ok(local_decision(reason, prefill));
+        }
+        // The pair cost is separable: the best prefill worker plus, per decode
+        // worker, the transfer of what it lacks and its own decode pressure.
+        let split: Vec<Candidate> = local
+            .iter()
+            .map(|c| {
+                let load = pool.load(c.worker);
+                let side = coefficients.decode_cost(request, c.overlap, &load);
+                let mut cost = prefill[p].cost;
+                cost.decode_ms += side.decode_ms;
+                cost.transfer_ms = side.transfer_ms;
+                cost.overflow_ms += side.overflow_ms;
+                Candidate { cost, ..*c }
+            })
+            .collect();
+        let (d, how) = self.pick(&split).expect("same workers as the local pick");
+        Ok(Decision {
+            decode_worker: split[d].worker,
+            prefill_worker: Some(prefill[p].worker),
+            predicted_ttft_ms: split[d].cost.total(),
+            prefill_tokens: coefficients.uncached_tokens(request, prefill[p].overlap),
+            reason: format!(
+                "disaggregated: prefill on worker {} ({}), decode on {}",
+                prefill[p].worker.0,
+                explain(Pick::Cheapest, &prefill, p),
+                explain(how, &split, d)
+            ),
+            decode_candidates: split,
+            prefill_candidates: prefill,
+        })
+    }
+
+    fn observe(&mut self, timing: Timing) {
+        if !self.config.calibrate {
+            return;
+        }
+        let c = &mut self.config.coefficients;
+        match timing {
+            Timing::Prefill {
+                new_tokens,
+                cached_tokens,
+                ms,
+            } => self
+                .calibrator
+                .observe_prefill(c, new_tokens, cached_tokens, ms),
+            Timing::DecodeStep { active_blocks, ms } => {
+                self.calibrator.observe_decode_step(c, active_blocks, ms)
+            }
+            Timing::Transfer { blocks, ms } => self.calibrator.observe_transfer(c, blocks, ms),
+        }
+    }
+
+    fn coefficients(&self) -> Option<Coefficients> {
+        Some(self.config.coefficients)
+    }
+}
+
+pub(super) fn overlap_of(overlaps: Overlaps<'_>, worker: crate::ids::WorkerId) -> TierDepths {
+    overlaps
+        .iter()
+        .find(|(id, _)| *id == worker)
+        .map_or(TierDepths::default(), |o| o.1)
+}
+
+fn least_work_ms(candidates: &[Candidate]) -> f64 {
+    candidates
+        .iter()
+        .map(|c| c.cost.work_ms())
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn explain(how: Pick, candidates: &[Candidate], winner: usize) -> String {
+    let c = &candidates[winner];
+    let skipped = candidates.iter().filter(|c| c.overloaded).count();
+    let base = match how {
+        Pick::Cheapest => format!(
+            "worker {} has the lowest predicted TTFT ({:.1} ms, {} blocks cached)",
+            c.worker.0,
+            c.cost.total(),
+            c.overlap.total()
+        ),
+        Pick::Tie(n) => format!(
+            "worker {} among {n} tied at ~{:.1} ms: fewest active requests ({}), then in turn",
+            c.worker.0,
+            c.cost.total(),
+            c.active_requests
+        ),
+        Pick::Sampled => format!(
+            "worker {} sampled by temperature ({:.1} ms)",
+            c.worker.0,
+            c.cost.total()
+        ),
+    };
+    if skipped > 0 {
+        format!("{base}; skipped {skipped} overloaded")
+    } else {
+        base
+    }
+}
