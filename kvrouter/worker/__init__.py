@@ -3,8 +3,8 @@ Worker service, registered with the router and publishing its KV events.
 See docs/disaggregation.md.
 
 Layer: may import `kvrouter.engine`, the client library, `kvrouter.adapters`
-(JetStream publishing), `kvrouter.net`, `kvrouter._core` and
-`kvrouter.proto_gen`; never the service (docs/architecture.md)."""
+(JetStream publishing), `kvrouter.net`, `kvrouter.roles`, `kvrouter._core`
+and `kvrouter.proto_gen`; never the service (docs/architecture.md)."""
 
 from kvrouter.worker.config import WorkerConfig
 from kvrouter.worker.server import WorkerServer, run

@@ -96,7 +96,8 @@ def test_the_bridge_command_relays_engine_events(farm, nats_url, tmp_path):
     with log.open("w") as out:
         bridge = subprocess.Popen(
             [sys.executable, "-m", "kvrouter.cli", "bridge", "--nats", nats_url, str(engines)],
-            stderr=out)
+            stderr=out,
+        )
 
     async def relayed():
         async with RouterReplica(NatsConfig(servers=(nats_url,)), "r1") as r1:

@@ -9,8 +9,8 @@ the router's gRPC API (`kvrouter serve --nats`). The NATS transport itself
 default needs none of this.
 
 Layer: may import the rest of `kvrouter.service`, `kvrouter.adapters` (the
-NATS transport), `kvrouter.policy`, `kvrouter.net`, `kvrouter._core` and
-`kvrouter.proto_gen` (docs/architecture.md).
+NATS transport), `kvrouter.policy`, `kvrouter.net`, `kvrouter.roles`,
+`kvrouter._core` and `kvrouter.proto_gen` (docs/architecture.md).
 """
 
 from kvrouter.service.replicas.load_share import SharedLoadRouter
