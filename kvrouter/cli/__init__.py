@@ -7,6 +7,10 @@
 The module's name is the subcommand (`serve.py` is `kvrouter serve`;
 underscores become dashes). Import heavy dependencies inside `run`, so that
 `kvrouter --help` stays fast.
+
+Layer: the top. It may import any part of kvrouter, and no part imports it
+(docs/architecture.md). Modules whose names start with `_` are helpers, not
+subcommands.
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """Client library: routing (`RouterClient`, `AsyncRouterClient`), worker
 registration (`WorkerRegistration`) and KV event publishing
-(`KvEventPublisher`)."""
+(`KvEventPublisher`).
+
+Layer: may import `kvrouter._core`, `kvrouter.net` and `kvrouter.proto_gen`
+only (docs/architecture.md). `Credentials` lives in `kvrouter.net` and is
+re-exported here."""
 
 from kvrouter.client.event_sink import EventCollector
 from kvrouter.client.publisher import KvEventPublisher

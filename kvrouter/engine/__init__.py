@@ -2,6 +2,8 @@
 
 Entry point: `LLMEngine` (add_request / step / generate, and the KV hand-off
 calls export_blocks / import_blocks). See docs/engine.md.
+
+Layer: may import `kvrouter._core` only (docs/architecture.md).
 """
 
 from kvrouter.engine.config import EngineConfig, ModelConfig

@@ -1,7 +1,10 @@
 """Trace replay: simulated workers on virtual time, driven by the same
 routing policy the service uses, against baseline policies.
 
-`kvrouter replay --help` runs it; docs/routing.md describes the timing model."""
+`kvrouter replay --help` runs it; docs/routing.md describes the timing model.
+
+Layer: may import `kvrouter.policy` and `kvrouter._core` only
+(docs/architecture.md)."""
 
 from kvrouter.replay.simulator import ReplayConfig, replay
 from kvrouter.replay.timing import TimingModel

@@ -121,3 +121,13 @@ def test_a_killed_replica_resumes_from_its_snapshot_without_losing_events(nats_u
         await nc.close()
 
     run(scenario())
+
+
+def test_the_replica_names_still_import_from_adapters_nats():
+    from kvrouter.adapters import nats as old_home
+    from kvrouter.service import replicas
+
+    for name in ("IndexReplica", "RouterReplica", "SharedLoadRouter"):
+        assert getattr(old_home, name) is getattr(replicas, name)
+    with pytest.raises(AttributeError):
+        old_home.NoSuchName  # noqa: B018

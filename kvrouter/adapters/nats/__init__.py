@@ -17,8 +17,13 @@ from kvrouter.adapters.nats.publisher import JetStreamSink
 from kvrouter.adapters.nats.stream import ensure_stream
 from kvrouter.adapters.nats.worker_publisher import JetStreamWorkerPublisher
 
-__all__ = ["EngineBridge", "JetStreamSink", "JetStreamWorkerPublisher", "NatsConfig",
-           "ensure_stream"]
+__all__ = [
+    "EngineBridge",
+    "JetStreamSink",
+    "JetStreamWorkerPublisher",
+    "NatsConfig",
+    "ensure_stream",
+]
 
 _MOVED_TO_SERVICE = frozenset({"IndexReplica", "RouterReplica"})
 

@@ -7,6 +7,10 @@ restart; replicas share their routing decisions (`BookingExchange`).
 the router's gRPC API (`kvrouter serve --nats`). The NATS transport itself
 (stream, codec, publishers) is `kvrouter.adapters.nats`. The single-router
 default needs none of this.
+
+Layer: may import the rest of `kvrouter.service`, `kvrouter.adapters` (the
+NATS transport), `kvrouter.policy`, `kvrouter.net`, `kvrouter.roles`,
+`kvrouter._core` and `kvrouter.proto_gen` (docs/architecture.md).
 """
 
 from kvrouter.service.replicas.load_share import BookingExchange
