@@ -22,8 +22,8 @@ from kvrouter.policy import Router
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
-from kvrouter.service.config import ServiceConfig
 from kvrouter.service import decision_log
+from kvrouter.service.config import ServiceConfig
 from kvrouter.service.errors import ServiceError, invalid, not_found
 from kvrouter.service.metrics import ServiceMetrics
 from kvrouter.service.proxy_config import LEGACY_POLICIES

@@ -127,7 +127,7 @@ def test_the_replica_names_still_import_from_adapters_nats():
     from kvrouter.adapters import nats as old_home
     from kvrouter.service import replicas
 
-    for name in ("IndexReplica", "RouterReplica", "SharedLoadRouter"):
+    for name in ("IndexReplica", "RouterReplica"):
         assert getattr(old_home, name) is getattr(replicas, name)
     with pytest.raises(AttributeError):
         old_home.NoSuchName  # noqa: B018

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import nats
 
-from kvrouter.adapters.nats.config import NatsConfig
 from kvrouter._core import PrefixIndex
+from kvrouter.adapters.nats.config import NatsConfig
 from kvrouter.policy import PolicyConfig, Router
 from kvrouter.service.replicas.load_share import BookingExchange
 from kvrouter.service.replicas.replica import IndexReplica
