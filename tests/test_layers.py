@@ -21,7 +21,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "roles": frozenset(),
     "net": frozenset({"proto_gen"}),
     "engine": frozenset({"_core"}),
-    "policy": frozenset({"_core", "roles"}),
+    "policy": frozenset({"_core"}),
     "replay": frozenset({"_core", "policy"}),
     "client": frozenset({"_core", "net", "proto_gen"}),
     "adapters": frozenset({"_core", "client", "net", "proto_gen"}),
