@@ -48,6 +48,7 @@ class LocalCluster:
         *,
         policy: str = "kv",
         router_env: dict[str, str] | None = None,
+        router_args: list[str] | None = None,
         worker_args: list[str] | None = None,
         log_dir: str | Path | None = None,
         start_timeout_s: float = 120.0,
@@ -56,6 +57,8 @@ class LocalCluster:
         self.roles = list(roles)
         self.policy = policy
         self.router_env = dict(router_env or {})
+        # After the cluster's own flags, so they win.
+        self.router_args = list(router_args or [])
         self.worker_args = list(worker_args or [])
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="kvrouter-cluster-"))
         self.start_timeout_s = start_timeout_s
@@ -93,7 +96,8 @@ class LocalCluster:
         for _ in range(3):  # a port picked as free may be taken before the router binds it
             self.target = f"127.0.0.1:{free_port()}"
             args = ["serve", "--listen", self.target, "--metrics-listen", "", "--log-format"]
-            self.router = self._spawn("router", [*args, "text", "--log-decisions", "false"], env)
+            args += ["text", "--log-decisions", "false", *self.router_args]
+            self.router = self._spawn("router", args, env)
             self._client = RouterClient(self.target, timeout=2.0)
             while self.router.poll() is None and time.monotonic() < deadline:
                 try:

@@ -19,7 +19,7 @@ from contextlib import aclosing
 import grpc
 
 from kvrouter.net.credentials import Credentials
-from kvrouter.policy import NoWorkerAvailable
+from kvrouter.policy import NoWorkerAvailable, Router
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.convert import check_namespace, prompt_tokens
@@ -46,7 +46,7 @@ def _token_list(prompt) -> list[int]:
 
 class GenerationProxy:
     def __init__(
-        self, policy, workers: WorkerTable, config: ServiceConfig, proxy: ProxyConfig
+        self, policy: Router, workers: WorkerTable, config: ServiceConfig, proxy: ProxyConfig
     ) -> None:
         proxy.validate()
         self.config = config
@@ -105,7 +105,10 @@ class GenerationProxy:
             await context.abort(e.code, e.message)
         finally:
             run.cleanup()
-            self.ctx.policy_call("finished" if finished else "cancelled", request_id)
+            if finished:
+                self.ctx.policy.finished(request_id)
+            else:
+                self.ctx.policy.cancelled(request_id)
 
     async def close(self) -> None:
         await self.ctx.close()

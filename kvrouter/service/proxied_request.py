@@ -78,7 +78,7 @@ class ProxiedRequest:
         handoff = None
         if self.decision.disaggregated:
             prefill = await self._prefill()
-            self.ctx.policy_call("prefill_done", self.request_id)
+            self.ctx.policy.prefill_done(self.request_id)
             if prefill is not None:
                 first = [prefill.handoff.first_token]
                 if prefill.finish_reason:
@@ -115,8 +115,7 @@ class ProxiedRequest:
                 self.lease = (worker_id, address)
             stats = response.stats
             self.prefill_stats = stats
-            self.ctx.policy_call(
-                "report_prefill_timing",
+            self.ctx.policy.report_prefill_timing(
                 stats.prompt_tokens - stats.cached_tokens,
                 stats.cached_tokens,
                 stats.prefill_ms,
@@ -209,7 +208,7 @@ class ProxiedRequest:
         self.handoff_stats = stats
         self._release_lease()
         if stats.blocks_transferred:
-            self.ctx.policy_call("report_transfer", stats.blocks_transferred, stats.transfer_ms)
+            self.ctx.policy.report_transfer(stats.blocks_transferred, stats.transfer_ms)
 
     async def _generate_on(self, worker_id, address) -> AsyncIterator[gen.GenerateResponse]:
         request = gen.GenerateRequest()
@@ -232,8 +231,7 @@ class ProxiedRequest:
                 chunks_seen += 1
                 stats = message.stats if message.HasField("stats") else None
                 if stats is not None and self.prefill_stats is None:
-                    self.ctx.policy_call(
-                        "report_prefill_timing",
+                    self.ctx.policy.report_prefill_timing(
                         stats.prompt_tokens - stats.cached_tokens,
                         stats.cached_tokens,
                         stats.prefill_ms,

@@ -11,6 +11,7 @@ import grpc
 
 from kvrouter.net.credentials import Credentials
 from kvrouter.net.worker_channels import WorkerChannels
+from kvrouter.policy import Router
 from kvrouter.proto_gen import worker_pb2 as wpb
 from kvrouter.service.proxy_config import ProxyConfig
 from kvrouter.service.workers import WorkerTable
@@ -20,7 +21,7 @@ log = logging.getLogger("kvrouter.service.proxy")
 
 class ProxyContext:
     def __init__(
-        self, policy, workers: WorkerTable, config: ProxyConfig, credentials: Credentials
+        self, policy: Router, workers: WorkerTable, config: ProxyConfig, credentials: Credentials
     ) -> None:
         self.policy = policy
         self.workers = workers
@@ -43,13 +44,6 @@ class ProxyContext:
             del self._cooldown[worker_id]
             return False
         return True
-
-    def policy_call(self, name: str, *args) -> None:
-        """Keeps the policy's books; a request it no longer tracks is fine."""
-        try:
-            getattr(self.policy, name)(*args)
-        except KeyError:
-            pass
 
     def release_later(self, address: str, request_id: str) -> None:
         """Unpins a hand-off on its prefill worker without waiting (the lease

@@ -34,7 +34,9 @@ def reference(tiny_model):
     return generate
 
 
-def start_cluster(model, tmp_path_factory, router_env: dict, worker_args: list[str]):
+def start_cluster(
+    model, tmp_path_factory, router_env: dict, worker_args: list[str], router_args=()
+):
     cluster = LocalCluster(
         model,
         ROLES,
@@ -45,6 +47,7 @@ def start_cluster(model, tmp_path_factory, router_env: dict, worker_args: list[s
             "KVROUTER_POLICY_APPROXIMATE_TTL_S": "0",
             **router_env,
         },
+        router_args=list(router_args),
         worker_args=["--num-kv-blocks", "512", *worker_args],
         log_dir=tmp_path_factory.mktemp("cluster-logs"),
     )
