@@ -12,7 +12,11 @@ mod router;
 
 use pyo3::prelude::*;
 
-#[pymodule]
+/// Declared free-threading safe: every class but `PolicyConfig` is frozen and
+/// keeps its state behind its own locks (the index's and the router's);
+/// `PolicyConfig`'s setters go through PyO3's borrow checking. None relies
+/// on the GIL.
+#[pymodule(gil_used = false)]
 #[pyo3(name = "_core")]
 fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hashing::hash_tokens, m)?)?;
