@@ -43,7 +43,8 @@ pub fn hash_tokens(
 }
 
 /// `hash_tokens` as a stdlib `array('Q')`: no Python int per hash, and
-/// `PrefixIndex.find_matches` copies it once into native integers, without a Python int per block.
+/// `PrefixIndex.find_matches` copies it once into native integers rather
+/// than converting a Python int per block.
 #[pyfunction]
 #[pyo3(signature = (tokens, block_size = DEFAULT_BLOCK_SIZE, namespace = ""))]
 pub fn hash_tokens_array<'py>(
