@@ -352,6 +352,8 @@ class Histogram:
     @property
     def sum(self) -> float: ...
 
+RefusalCode: TypeAlias = Literal["INVALID_ARGUMENT", "INTERNAL", "UNAVAILABLE"]
+
 @final
 class RouteStats:
     """A router's figures so far."""
@@ -359,7 +361,7 @@ class RouteStats:
     @property
     def decisions(self) -> list[tuple[int, Literal["decode", "prefill"], int]]: ...
     @property
-    def errors(self) -> list[tuple[Literal["INVALID_ARGUMENT", "INTERNAL", "UNAVAILABLE"], int]]: ...
+    def errors(self) -> list[tuple[RefusalCode, int]]: ...
     @property
     def latency(self) -> Histogram: ...
     @property
