@@ -199,8 +199,9 @@ impl Router {
     /// predicts the blocks on the chosen workers. Predictions are made only
     /// when the prefilling worker last reported a backlog: only then do its
     /// KV events come late enough for a session's next turn to miss them.
-    /// An idle pool pays nothing for predictions, and there are never more
-    /// than `MAX_APPROXIMATE_BLOCKS`.
+    /// An idle pool pays nothing for predictions, a policy that never reads
+    /// the index makes none, and there are never more than
+    /// `MAX_APPROXIMATE_BLOCKS`.
     fn decide(
         &self,
         index: &PrefixIndex,
@@ -226,7 +227,8 @@ impl Router {
             let backlogged = policy.pool.reported_queue_tokens(prefilling) > 0;
             (decision, backlogged)
         };
-        let predict = backlogged && index.num_approximate() < MAX_APPROXIMATE_BLOCKS;
+        let predict =
+            backlogged && self.uses_index && index.num_approximate() < MAX_APPROXIMATE_BLOCKS;
         if let Some(ttl) = self
             .approximate_ttl
             .filter(|_| predict && !hashes.is_empty())
