@@ -1,9 +1,11 @@
 """Client library: routing (`RouterClient`, `AsyncRouterClient`), worker
 registration (`WorkerRegistration`) and KV event publishing
-(`KvEventPublisher`)."""
+(`KvEventPublisher`).
+
+`EventCollector` is the former name of `kvrouter.events.EventList` (what a
+`dump_cache` callback fills), kept for one release."""
 
 from kvrouter.client.credentials import Credentials
-from kvrouter.client.event_sink import EventCollector
 from kvrouter.client.publisher import KvEventPublisher
 from kvrouter.client.router import AsyncRouterClient, RouterClient
 from kvrouter.client.types import (
@@ -20,6 +22,7 @@ from kvrouter.client.types import (
     WorkerLoad,
 )
 from kvrouter.client.worker import WorkerRegistration
+from kvrouter.events.sink import EventList as EventCollector
 
 __all__ = [
     "AsyncRouterClient",

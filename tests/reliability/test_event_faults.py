@@ -13,9 +13,10 @@ import pytest
 
 from kvrouter._core import PrefixIndex
 from kvrouter.client import WorkerRegistration
+from kvrouter.events.core import core_events
+from kvrouter.events.proto import events_from_proto
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
-from kvrouter.service.convert import core_events
 
 from .conftest import wait_until
 
@@ -91,7 +92,7 @@ class Stream:
 def reference_index(batches: list[pb.EventBatch]) -> PrefixIndex:
     index = PrefixIndex(BLOCK)
     for batch in batches:
-        index.apply(1, batch.seq, core_events(batch.events))
+        index.apply(1, batch.seq, core_events(events_from_proto(batch.events)))
     return index
 
 
