@@ -49,19 +49,20 @@ def events_from_proto(events: Iterable[pb.KvEvent]) -> list[Event]:
 
 
 def _event_from_proto(event: pb.KvEvent, i: int) -> Event:
+    # A slice reads a repeated field into a list much faster than iterating it.
     kind = event.WhichOneof("kind")
     if kind == "stored":
         s = event.stored
         return Stored(
-            s.block_ids,
-            s.token_ids,
+            s.block_ids[:],
+            s.token_ids[:],
             parent=s.parent_block_id if s.HasField("parent_block_id") else None,
             tier=_tier(s.tier, i),
             namespace=s.namespace,
-            local_hashes=s.local_hashes,
+            local_hashes=s.local_hashes[:],
         )
     if kind == "removed":
-        return Removed(event.removed.block_ids, _tier(event.removed.tier, i))
+        return Removed(event.removed.block_ids[:], _tier(event.removed.tier, i))
     if kind == "cleared":
         return Cleared()
     raise ValueError(f"event {i} is empty (no stored, removed or cleared)")
