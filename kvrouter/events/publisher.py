@@ -74,8 +74,9 @@ class EventPublisher(EventSink):
         # has said where it is, and while a dump is being built.
         self._cursor: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake = asyncio.Event()
-        self._progress = asyncio.Event()
+        # Made by start(), on the loop that waits on them.
+        self._wake: asyncio.Event
+        self._progress: asyncio.Event
         self._runner: asyncio.Task | None = None
         self._fresh = True
         self.connected = False
@@ -108,6 +109,8 @@ class EventPublisher(EventSink):
     async def start(self) -> None:
         if self._runner is not None:
             raise RuntimeError("the publisher is already started")
+        self._wake = asyncio.Event()
+        self._progress = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._runner = asyncio.create_task(self._run(), name=f"kv-events-{self.worker_id}")
 
