@@ -1,4 +1,8 @@
-"""kvrouter: a KV-cache-aware router for disaggregated LLM inference."""
+"""kvrouter: a KV-cache-aware router for disaggregated LLM inference.
+
+`Tier` is `kvrouter.events.Tier`, the Python side's one tier type; the
+core's `Stored` and `Removed` take it (or its name) as their tier.
+"""
 
 from kvrouter._core import (
     DEFAULT_BLOCK_SIZE,
@@ -8,13 +12,13 @@ from kvrouter._core import (
     PrefixIndex,
     Removed,
     Stored,
-    Tier,
     chain_hashes,
     hash_tokens,
     hash_tokens_array,
     local_block_hashes,
     namespace_seed,
 )
+from kvrouter.events.tier import Tier
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",

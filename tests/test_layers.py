@@ -16,20 +16,25 @@ PACKAGE = Path(__file__).resolve().parents[1] / "kvrouter"
 # What each part may import besides itself. A part is the longest key that
 # prefixes a module's dotted name (under `kvrouter.`); `cli` may import all.
 MAY_IMPORT: dict[str, frozenset[str]] = {
+    # The top package: the core's names and the tier, re-exported.
+    "": frozenset({"_core", "events"}),
     "_core": frozenset(),
     "proto_gen": frozenset(),
     "roles": frozenset(),
     "net": frozenset({"proto_gen"}),
-    "engine": frozenset({"_core"}),
+    "events": frozenset({"_core", "proto_gen"}),
+    "engine": frozenset({"_core", "events"}),
     "policy": frozenset({"_core"}),
     "replay": frozenset({"_core", "policy"}),
-    "client": frozenset({"_core", "net", "proto_gen"}),
-    "adapters": frozenset({"_core", "client", "net", "proto_gen"}),
-    "service": frozenset({"_core", "net", "policy", "proto_gen", "roles"}),
+    "client": frozenset({"_core", "events", "net", "proto_gen"}),
+    "adapters": frozenset({"_core", "client", "events", "net", "proto_gen"}),
+    "service": frozenset({"_core", "events", "net", "policy", "proto_gen", "roles"}),
     "service.replicas": frozenset(
-        {"_core", "adapters", "net", "policy", "proto_gen", "roles", "service"}
+        {"_core", "adapters", "events", "net", "policy", "proto_gen", "roles", "service"}
     ),
-    "worker": frozenset({"_core", "adapters", "client", "engine", "net", "proto_gen", "roles"}),
+    "worker": frozenset(
+        {"_core", "adapters", "client", "engine", "events", "net", "proto_gen", "roles"}
+    ),
     "demo": frozenset({"_core", "client", "engine"}),
 }
 EVERYTHING = "cli"
@@ -47,12 +52,10 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def part_of(module: str) -> str:
-    """`kvrouter.service.replicas.replica` -> `service.replicas`. The top
-    package re-exports the core, so it counts as `_core`."""
+    """`kvrouter.service.replicas.replica` -> `service.replicas`; the top
+    package is the part named ""."""
     name = module.removeprefix("kvrouter").removeprefix(".")
     known = [p for p in (*MAY_IMPORT, EVERYTHING) if name == p or name.startswith(p + ".")]
-    if not name:
-        return "_core"
     if not known:
         raise AssertionError(f"{module} is in no part of MAY_IMPORT: add it there and to the docs")
     return max(known, key=len)
@@ -75,9 +78,11 @@ def imported(module: str, tree: ast.AST):
             if source.split(".")[0] != "kvrouter":
                 continue
             for alias in node.names:
-                # `from kvrouter import cli` imports the module kvrouter.cli.
+                # `from kvrouter import cli` imports the module kvrouter.cli
+                # (and `from kvrouter import _core` the extension module).
                 submodule = f"{source}.{alias.name}"
-                yield node.lineno, submodule if submodule in MODULES else source
+                is_module = submodule in MODULES or submodule == "kvrouter._core"
+                yield node.lineno, submodule if is_module else source
 
 
 def violations(module: str, source: str) -> list[str]:

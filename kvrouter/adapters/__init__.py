@@ -4,8 +4,9 @@
 - `nats`: event batches and shared load over NATS JetStream, for several
   router replicas.
 
-Both speak through the engine-neutral batches of `events` and deliver them
-to an `EventSink` (`sink`): the local prefix index, or a JetStream stream.
+Both speak through `kvrouter.events` batches (`WorkerBatch`) and deliver
+them to a `BatchSink` (`sink`): the local prefix index, a JetStream stream,
+or the publishers of the router's event stream.
 Their third-party dependencies come with the `adapters` extra.
 
 Layer: may import `kvrouter._core`, `kvrouter.net`, `kvrouter.proto_gen` and

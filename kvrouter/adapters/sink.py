@@ -1,4 +1,7 @@
-"""Where adapters deliver ordered worker batches."""
+"""Where adapters deliver ordered worker batches (`kvrouter.events.WorkerBatch`).
+
+A `BatchSink` takes whole numbered batches, as an engine's stream brought
+them; it is not the engine-facing `kvrouter.events.EventSink`."""
 
 from __future__ import annotations
 
@@ -6,12 +9,13 @@ import logging
 from typing import Protocol
 
 from kvrouter._core import PrefixIndex
-from kvrouter.adapters.events import WorkerBatch
+from kvrouter.events import WorkerBatch
+from kvrouter.events.core import core_events
 
 log = logging.getLogger(__name__)
 
 
-class EventSink(Protocol):
+class BatchSink(Protocol):
     async def next_seq(self, worker_id: int) -> int:
         """The batch number the sink needs next from this worker (0 for a
         worker it has never seen)."""
@@ -42,12 +46,14 @@ def apply_batch(index: PrefixIndex, batch: WorkerBatch) -> str:
     """Applies one batch; returns the index's status. A batch the index
     rejects as malformed clears the worker instead, because skipping it could
     leave blocks in the index that the worker no longer holds."""
-    events = [event.to_core() for event in batch.events]
     try:
+        events = core_events(batch.events)
         if batch.resync:
             return index.resync(batch.worker_id, batch.seq, events).status
         return index.apply(batch.worker_id, batch.seq, events).status
     except (ValueError, TypeError) as exc:
-        log.error("worker %d batch %d rejected (%s); clearing the worker",
-                  batch.worker_id, batch.seq, exc)
+        log.error(
+            "batch rejected; clearing the worker",
+            extra={"fields": {"worker_id": batch.worker_id, "seq": batch.seq, "error": str(exc)}},
+        )
         return index.resync(batch.worker_id, batch.seq, []).status

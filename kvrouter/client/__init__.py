@@ -2,11 +2,12 @@
 registration (`WorkerRegistration`) and KV event publishing
 (`KvEventPublisher`).
 
-Layer: may import `kvrouter._core`, `kvrouter.net` and `kvrouter.proto_gen`
-only (docs/architecture.md). `Credentials` lives in `kvrouter.net` and is
-re-exported here."""
+Layer: may import `kvrouter._core`, `kvrouter.events`, `kvrouter.net` and
+`kvrouter.proto_gen` only (docs/architecture.md). `Credentials` lives in
+`kvrouter.net` and is re-exported here. `EventCollector` is the former name
+of `kvrouter.events.EventList` (what a `dump_cache` callback fills), kept
+for one release."""
 
-from kvrouter.client.event_sink import EventCollector
 from kvrouter.client.publisher import KvEventPublisher
 from kvrouter.client.router import AsyncRouterClient, RouterClient
 from kvrouter.client.types import (
@@ -23,6 +24,7 @@ from kvrouter.client.types import (
     WorkerLoad,
 )
 from kvrouter.client.worker import WorkerRegistration
+from kvrouter.events.sink import EventList as EventCollector
 from kvrouter.net.credentials import Credentials
 
 __all__ = [

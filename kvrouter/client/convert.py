@@ -19,7 +19,6 @@ from kvrouter.proto_gen import router_pb2 as pb
 
 ROLE_VALUES = {"prefill": pb.ROLE_PREFILL, "decode": pb.ROLE_DECODE, "both": pb.ROLE_BOTH}
 ROLE_NAMES = {v: k for k, v in ROLE_VALUES.items()}
-TIER_VALUES = {"device": pb.TIER_DEVICE, "host": pb.TIER_HOST, "disk": pb.TIER_DISK}
 _BIG_ENDIAN = sys.byteorder == "big"
 
 

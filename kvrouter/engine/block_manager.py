@@ -18,8 +18,8 @@ from collections.abc import Callable
 from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
 
-from kvrouter.engine.events import DEVICE_TIER, KvEventSink, NullEventSink
 from kvrouter.engine.sequence import Sequence
+from kvrouter.events import EventSink, NullEventSink, Tier
 
 # tokens -> chained hashes of the full blocks (partial tail not hashed).
 HashFunction = Callable[[list[int]], list[int]]
@@ -45,7 +45,7 @@ class BlockManager:
         num_blocks: int,
         block_size: int,
         hash_tokens: HashFunction,
-        event_sink: KvEventSink | None = None,
+        event_sink: EventSink | None = None,
         enable_prefix_caching: bool = True,
     ) -> None:
         self.block_size = block_size
@@ -257,7 +257,7 @@ class BlockManager:
 
     def _evict(self, block: Block) -> None:
         del self.cached[block.hash]
-        self.events.removed([block.hash], DEVICE_TIER)
+        self.events.removed([block.hash], Tier.DEVICE)
         block.hash = None
         block.token_ids = None
 
@@ -286,8 +286,8 @@ class _PendingStored:
         self.block_ids.append(block_hash)
         self.token_ids.extend(tokens)
 
-    def flush(self, events: KvEventSink) -> None:
+    def flush(self, events: EventSink) -> None:
         if self.block_ids:
-            events.stored(self.parent, self.block_ids, self.token_ids, DEVICE_TIER)
+            events.stored(self.parent, self.block_ids, self.token_ids, Tier.DEVICE)
         self.block_ids = []
         self.token_ids = []

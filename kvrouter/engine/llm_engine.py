@@ -19,7 +19,6 @@ import torch.distributed as dist
 
 from kvrouter.engine.block_manager import BlockManager
 from kvrouter.engine.config import EngineConfig, ModelConfig
-from kvrouter.engine.events import KvEventSink, NullEventSink
 from kvrouter.engine.handoff import KvBlocks, KvLayout
 from kvrouter.engine.model_runner import ModelRunner
 from kvrouter.engine.parallel import TensorParallelGroup, init_tensor_parallel
@@ -27,6 +26,7 @@ from kvrouter.engine.sampler import sample
 from kvrouter.engine.sampling_params import SamplingParams
 from kvrouter.engine.scheduler import ScheduledSequence, Scheduler
 from kvrouter.engine.sequence import RequestTimings, Sequence
+from kvrouter.events import EventSink, NullEventSink
 
 
 @dataclass
@@ -73,7 +73,7 @@ class LLMEngine:
     def __init__(
         self,
         config: EngineConfig,
-        event_sink: KvEventSink | None = None,
+        event_sink: EventSink | None = None,
         hash_tokens: Callable[[list[int]], list[int]] | None = None,
         tp: TensorParallelGroup | None = None,
     ) -> None:

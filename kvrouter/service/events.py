@@ -18,9 +18,10 @@ import time
 import grpc
 
 from kvrouter._core import PrefixIndex
+from kvrouter.events.core import core_events
+from kvrouter.events.proto import events_from_proto
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
-from kvrouter.service.convert import core_events
 from kvrouter.service.errors import ServiceError, invalid
 from kvrouter.service.metrics import ServiceMetrics
 from kvrouter.service.workers import WorkerTable
@@ -177,7 +178,7 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
             # Its acknowledgement, seq + 1, would not fit the u64 field.
             raise invalid(f"batch {batch.seq}: batch numbers end at {LAST_SEQ - 1}")
         try:
-            events = core_events(batch.events)
+            events = core_events(events_from_proto(batch.events))
             if batch.resync:
                 self.index.resync(worker_id, batch.seq, events)
                 outcome = "resync"

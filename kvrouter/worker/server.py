@@ -10,7 +10,6 @@ publisher exists are held by the sink and replayed to it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -20,8 +19,11 @@ import torch
 import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from kvrouter.client import KvEventPublisher, WorkerLoad, WorkerRegistration
+from kvrouter.client import WorkerLoad, WorkerRegistration
+from kvrouter.client.event_stream import GrpcEventTransport
 from kvrouter.engine import EngineConfig, LLMEngine
+from kvrouter.events import EventPublisher
+from kvrouter.events.transport import Transport
 from kvrouter.net import auth, logs, tls
 from kvrouter.net.channels import CHANNEL_OPTIONS
 from kvrouter.net.credentials import Credentials
@@ -46,7 +48,7 @@ class WorkerServer:
     def __init__(self, config: WorkerConfig, transfer: KvTransfer | None = None) -> None:
         config.validate()
         self.config = config
-        self.sink = MirroredEventSink(config.block_size)
+        self.sink = MirroredEventSink(config.block_size, config.namespace)
         self.credentials = Credentials.from_files(
             config.token_file, config.ca_file, config.client_cert_file, config.client_key_file
         )
@@ -55,8 +57,7 @@ class WorkerServer:
         self.identity = Identity(config.worker_id or 0, "", config.role)
         self.engine_loop: EngineLoop | None = None
         self.registrations: list[WorkerRegistration] = []
-        # A KvEventPublisher, or, with `nats`, a JetStreamWorkerPublisher.
-        self.publisher = None
+        self.publisher: EventPublisher | None = None
         self._nats_client = None
         self._server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task] = []
@@ -132,25 +133,25 @@ class WorkerServer:
             worker_id = (await registration.start()).worker_id
             self.registrations.append(registration)
         self.identity.worker_id = worker_id
-        if c.nats:
-            await self._publish_to_stream(c, worker_id)
-        else:
-            self.publisher = KvEventPublisher(
-                c.router,
-                worker_id,
-                block_size=c.block_size,
-                namespace=c.namespace,
-                dump_cache=self.sink.dump,
-                credentials=self.credentials,
-            )
-            await asyncio.to_thread(self.publisher.start)
+        self.publisher = EventPublisher(
+            await self._event_transport(c),
+            worker_id,
+            block_size=c.block_size,
+            namespace=c.namespace,
+            dump_cache=self.sink.dump,
+        )
+        await self.publisher.start()
         self.sink.attach(self.publisher)
 
-    async def _publish_to_stream(self, c: WorkerConfig, worker_id: int) -> None:
+    async def _event_transport(self, c: WorkerConfig) -> Transport:
+        """The router's event stream, or the replicas' JetStream stream."""
+        if not c.nats:
+            return GrpcEventTransport(c.router, self.credentials)
         # The NATS client comes with the adapters extra: imported only here.
         import nats
 
-        from kvrouter.adapters.nats import JetStreamWorkerPublisher, NatsConfig, ensure_stream
+        from kvrouter.adapters.nats import NatsConfig, ensure_stream
+        from kvrouter.adapters.nats.transport import JetStreamTransport
 
         config = NatsConfig(
             servers=c.nats, stream=c.nats_stream, subject_prefix=c.nats_subject_prefix
@@ -158,8 +159,7 @@ class WorkerServer:
         self._nats_client = await nats.connect(servers=list(config.servers), name="kvrouter-worker")
         js = self._nats_client.jetstream()
         await ensure_stream(js, config)
-        self.publisher = JetStreamWorkerPublisher(js, config, worker_id, namespace=c.namespace)
-        await self.publisher.start()
+        return JetStreamTransport(js, config)
 
     def _load(self) -> WorkerLoad:
         load = self.engine_loop.load
@@ -181,12 +181,8 @@ class WorkerServer:
             task.cancel()
         if self._server is not None:
             await self._server.stop(grace)
-        if isinstance(self.publisher, KvEventPublisher):
-            await asyncio.to_thread(self.publisher.close, 2.0)
-        elif self.publisher is not None:
-            # It retries a batch until the stream takes it: bounded, as the gRPC publisher's close.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.publisher.stop(), 2.0)
+        if self.publisher is not None:
+            await self.publisher.stop(timeout=2.0)
         if self._nats_client is not None:
             await self._nats_client.close()
         if self.engine_loop is not None:

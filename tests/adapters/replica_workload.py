@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 
 from kvrouter import PrefixIndex, hash_tokens
-from kvrouter.adapters.events import ClearedAll, RemovedBlocks, StoredBlocks, WorkerBatch
+from kvrouter.events import Cleared, Removed, Stored, WorkerBatch
+from kvrouter.events.core import core_events
 
 BS = 16
 
@@ -29,19 +30,18 @@ def workload(workers: list[int], batches: int, seed: int = 0):
             prompts[which] = turn
             ids = hash_tokens(turn, BS)
             have = held[worker].get(which, [])
-            new = ids[len(have) :]
-            events.append(
-                StoredBlocks(new, turn[len(have) * BS : len(ids) * BS], have[-1] if have else None)
-            )
+            new = ids[len(have):]
+            events.append(Stored(new, turn[len(have) * BS:len(ids) * BS],
+                                 parent=have[-1] if have else None))
             held[worker][which] = ids
         elif roll < 0.95 and held[worker]:
             which = rng.choice(sorted(held[worker]))
             ids = held[worker].pop(which)
-            events.append(RemovedBlocks(ids[len(ids) // 2 :]))
+            events.append(Removed(ids[len(ids) // 2:]))
             if len(ids) // 2:
                 held[worker][which] = ids[: len(ids) // 2]
         else:
-            events.append(ClearedAll())
+            events.append(Cleared())
             held[worker].clear()
         out.append(WorkerBatch(worker, seqs[worker], events))
         seqs[worker] += 1
@@ -51,7 +51,7 @@ def workload(workers: list[int], batches: int, seed: int = 0):
 def reference_index(batches: list[WorkerBatch]) -> PrefixIndex:
     index = PrefixIndex(BS)
     for batch in batches:
-        index.apply(batch.worker_id, batch.seq, [e.to_core() for e in batch.events])
+        index.apply(batch.worker_id, batch.seq, core_events(batch.events))
     return index
 
 

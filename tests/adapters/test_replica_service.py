@@ -22,6 +22,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from kvrouter import PrefixIndex
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 from kvrouter.service import ServiceConfig
@@ -340,8 +341,10 @@ def test_kvrouter_serve_process_serves_a_replica_and_snapshots_at_sigterm(nats_u
         run(scenario())
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
-        position, _ = load_snapshot(snapshot)
-        assert position >= 2  # the publisher's empty resync, then the stored batch
+        position, data = load_snapshot(snapshot)
+        # It covers the batch that brought the worker's blocks.
+        assert position >= 1
+        assert PrefixIndex.restore(data).workers()[2][0] == 16
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -7,7 +7,6 @@ import hashlib
 import msgspec
 import pytest
 
-from kvrouter.adapters.events import ClearedAll, RemovedBlocks, StoredBlocks
 from kvrouter.adapters.vllm import load_engines, stable_worker_id
 from kvrouter.adapters.vllm.config import offset_endpoint
 from kvrouter.adapters.vllm.convert import EventConverter, engine_block_id
@@ -18,6 +17,7 @@ from kvrouter.adapters.vllm.wire import (
     WireError,
     decode_batch,
 )
+from kvrouter.events import Cleared, Removed, Stored, Tier
 
 from . import vllm_schema as vs
 
@@ -131,9 +131,9 @@ def test_conversion_keeps_what_the_router_can_hash():
         ]
     )
     assert events == [
-        StoredBlocks([1, 2], TOKENS, parent=9, namespace="model"),
-        RemovedBlocks([1], tier="host"),
-        ClearedAll(),
+        Stored([1, 2], TOKENS, parent=9, namespace="model"),
+        Removed([1], tier=Tier.HOST),
+        Cleared(),
     ]
     assert dict(converter.skipped) == {
         "missing_tokens": 1,
@@ -144,20 +144,12 @@ def test_conversion_keeps_what_the_router_can_hash():
 
 def test_extra_keys_split_a_stored_event_at_namespace_changes():
     converter = EventConverter(block_size=16)
-    [plain, image, after] = converter.convert(
-        [
-            BlockStored(
-                [1, 2, 3],
-                TOKENS + TOKENS[:16],
-                16,
-                lora_name="ad",
-                extra_keys=[("ad",), ("ad", "f" * 64), None],
-            )
-        ]
-    )
-    assert (plain.block_ids, plain.parent, plain.namespace) == ([1], None, "ad")
-    assert image.block_ids == [2] and image.parent == 1 and image.namespace.startswith("ad#")
-    assert (after.block_ids, after.parent, after.namespace) == ([3], 2, "ad")
+    [plain, image, after] = converter.convert([BlockStored(
+        [1, 2, 3], TOKENS + TOKENS[:16], 16, lora_name="ad",
+        extra_keys=[("ad",), ("ad", "f" * 64), None])])
+    assert (plain.block_ids, plain.parent, plain.namespace) == ((1,), None, "ad")
+    assert image.block_ids == (2,) and image.parent == 1 and image.namespace.startswith("ad#")
+    assert (after.block_ids, after.parent, after.namespace) == ((3,), 2, "ad")
 
 
 def test_engines_load_from_toml_with_dp_ranks(tmp_path):

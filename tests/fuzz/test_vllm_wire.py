@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kvrouter._core import PrefixIndex
 from kvrouter.adapters.vllm.convert import EventConverter
 from kvrouter.adapters.vllm.wire import WireError, decode_batch
+from kvrouter.events.core import core_events
 
 from .conftest import fuzz_settings
 
@@ -96,7 +97,7 @@ def check_payload(payload: bytes) -> None:
     index = PrefixIndex(BLOCK)
     before = _index_state(index)
     try:
-        index.apply(7, 0, [event.to_core() for event in converted])
+        index.apply(7, 0, core_events(converted))
     except ValueError as e:
         assert str(e)
         assert _index_state(index) == before

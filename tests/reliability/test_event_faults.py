@@ -14,9 +14,10 @@ from waiting import wait_until
 
 from kvrouter._core import PrefixIndex
 from kvrouter.client import WorkerRegistration
+from kvrouter.events.core import core_events
+from kvrouter.events.proto import events_from_proto
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
-from kvrouter.service.convert import core_events
 
 BLOCK = 16
 BATCHES = 40
@@ -90,7 +91,7 @@ class Stream:
 def reference_index(batches: list[pb.EventBatch]) -> PrefixIndex:
     index = PrefixIndex(BLOCK)
     for batch in batches:
-        index.apply(1, batch.seq, core_events(batch.events))
+        index.apply(1, batch.seq, core_events(events_from_proto(batch.events)))
     return index
 
 

@@ -10,6 +10,7 @@ import grpc
 import pytest
 from waiting import wait_until
 
+from kvrouter.client import KvEventPublisher
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 
@@ -180,3 +181,16 @@ def test_publisher_dumps_its_cache_for_a_router_that_lost_it(start_router, tmp_p
     wait_until(lambda: publisher.dumps_sent >= 1, what="the dump")
     wait_until(lambda: second.client().list_workers()[0].index_blocks == 3, what="the dump")
     assert second.client().route(tokens).decode_worker == 1
+
+
+def test_a_closed_publisher_starts_again_where_it_left_off(router):
+    router.worker(1)
+    tokens = prompt(seed=12, blocks=2)
+    publisher = KvEventPublisher(router.target, 1, backoff_max_s=0.2)
+    for i in range(2):
+        publisher.start()
+        publisher.stored(10 + i - 1 if i else None, [10 + i], tokens[i * BLOCK : (i + 1) * BLOCK])
+        assert publisher.flush(10)
+        publisher.close()
+    assert router.client().list_workers()[0].index_blocks == 2
+    assert router.client().route(tokens).decode_worker == 1

@@ -3,40 +3,26 @@ and a resync dump that rebuilds the same router index as the events did."""
 
 from __future__ import annotations
 
-from kvrouter._core import Cleared, PrefixIndex, Removed, Stored
+from kvrouter._core import PrefixIndex
 from kvrouter.engine import EngineConfig, LLMEngine, SamplingParams
+from kvrouter.events import EventList, Removed, Stored, Tier
+from kvrouter.events.core import core_events
 from kvrouter.worker.events import MirroredEventSink
 
 from .helpers import BLOCK, prompt
 
 
-class Recorder:
-    """Keeps sink calls as the index's events."""
-
-    def __init__(self) -> None:
-        self.events = []
-
-    def stored(self, parent, block_ids, token_ids, tier):
-        self.events.append(Stored(list(block_ids), list(token_ids), parent=parent))
-
-    def removed(self, block_ids, tier):
-        self.events.append(Removed(list(block_ids)))
-
-    def cleared(self):
-        self.events.append(Cleared())
-
-
 def _index(events) -> PrefixIndex:
     index = PrefixIndex(BLOCK)
-    index.apply(1, 0, events)
+    index.apply(1, 0, core_events(events))
     return index
 
 
 def test_held_events_reach_the_publisher_in_order():
     sink = MirroredEventSink(BLOCK)
-    sink.stored(None, [1], list(range(BLOCK)), "device")
-    sink.removed([1], "device")
-    recorder = Recorder()
+    sink.stored(None, [1], list(range(BLOCK)), Tier.DEVICE)
+    sink.removed([1], Tier.DEVICE)
+    recorder = EventList()
     sink.attach(recorder)
     sink.cleared()
     assert [type(e).__name__ for e in recorder.events] == ["Stored", "Removed", "Cleared"]
@@ -44,7 +30,7 @@ def test_held_events_reach_the_publisher_in_order():
 
 def test_dump_rebuilds_the_index_the_events_built(tiny_model):
     sink = MirroredEventSink(BLOCK)
-    recorder = Recorder()
+    recorder = EventList()
     sink.attach(recorder)
     # A small cache, so that eviction (removed events) happens too.
     engine = LLMEngine(EngineConfig(model=str(tiny_model), num_kv_blocks=24), event_sink=sink)
@@ -54,7 +40,7 @@ def test_dump_rebuilds_the_index_the_events_built(tiny_model):
         engine.generate([tokens], SamplingParams(max_tokens=20, ignore_eos=True))
     assert any(isinstance(e, Removed) for e in recorder.events)
 
-    dump = Recorder()
+    dump = EventList()
     sink.dump(dump)
     from_events, from_dump = _index(recorder.events), _index(dump.events)
     assert from_events.stats()["blocks"] == from_dump.stats()["blocks"] == sink.num_blocks
@@ -63,3 +49,17 @@ def test_dump_rebuilds_the_index_the_events_built(tiny_model):
             from_events.find_matches_for_tokens(tokens).scores
             == from_dump.find_matches_for_tokens(tokens).scores
         )
+
+
+def test_the_dump_keeps_each_blocks_tier_and_namespace():
+    sink = MirroredEventSink(BLOCK, namespace="model-a")
+    sink.stored(None, [1, 2], list(range(2 * BLOCK)))
+    sink.stored(2, [3], list(range(BLOCK)), "host", namespace="lora-b")
+    dump = EventList()
+    sink.dump(dump)
+    assert [(e.block_ids, e.parent, e.tier, e.namespace) for e in dump.events] == [
+        ((1,), None, Tier.DEVICE, "model-a"),
+        ((2,), 1, Tier.DEVICE, "model-a"),
+        ((3,), 2, Tier.HOST, "lora-b"),
+    ]
+    assert all(isinstance(e, Stored) for e in dump.events)

@@ -1,13 +1,14 @@
 """Worker batches on the wire (msgpack):
 `[worker_id, seq, resync, [event, ...]]` with events
-`["stored", block_ids, token_ids, parent, tier, namespace]`,
-`["removed", block_ids, tier]` and `["cleared"]`."""
+`["stored", block_ids, token_ids, parent, tier, namespace]` (and the local
+hashes after them, when the event has some), `["removed", block_ids, tier]`
+and `["cleared"]`. Tiers are their names."""
 
 from __future__ import annotations
 
 import msgspec
 
-from kvrouter.adapters.events import ClearedAll, Event, RemovedBlocks, StoredBlocks, WorkerBatch
+from kvrouter.events import Cleared, Event, Removed, Stored, WorkerBatch
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
@@ -19,12 +20,16 @@ def encode_batch(batch: WorkerBatch) -> bytes:
 
 
 def _encode_event(event: Event) -> list:
-    if isinstance(event, StoredBlocks):
-        return ["stored", event.block_ids, event.token_ids, event.parent, event.tier,
-                event.namespace]
-    if isinstance(event, RemovedBlocks):
-        return ["removed", event.block_ids, event.tier]
-    return ["cleared"]
+    match event:
+        case Stored():
+            fields = ["stored", event.block_ids, event.token_ids, event.parent, event.tier,
+                      event.namespace]
+            return fields + [event.local_hashes] if event.local_hashes else fields
+        case Removed():
+            return ["removed", event.block_ids, event.tier]
+        case Cleared():
+            return ["cleared"]
+    raise TypeError(f"{type(event).__name__} is not a KV event")
 
 
 def decode_batch(data: bytes) -> WorkerBatch:
@@ -40,11 +45,13 @@ def decode_batch(data: bytes) -> WorkerBatch:
 def _decode_event(raw: list) -> Event:
     kind, *fields = raw
     if kind == "stored":
-        ids, tokens, parent, tier, namespace = fields
-        return StoredBlocks(ids, tokens, parent, tier, namespace)
+        ids, tokens, parent, tier, namespace, *rest = fields
+        (local_hashes,) = rest or ((),)
+        return Stored(ids, tokens, parent=parent, tier=tier, namespace=namespace,
+                      local_hashes=local_hashes)
     if kind == "removed":
         ids, tier = fields
-        return RemovedBlocks(ids, tier)
+        return Removed(ids, tier)
     if kind == "cleared":
-        return ClearedAll()
+        return Cleared()
     raise ValueError(f"unknown event kind {kind!r}")

@@ -2,9 +2,11 @@
 
 `EngineSubscriber` subscribes to each configured engine's PUB socket
 (`config.load_engines`), decodes both encodings vLLM has shipped (`wire`),
-converts them to engine-neutral events (`convert`), keeps each worker's
-stream gap-free through the engine's replay socket (`ordering`, `replay`) and
-delivers the batches to a sink: the local index (`IndexSink`) or JetStream.
+converts them to `kvrouter.events` (`convert`), keeps each worker's stream
+gap-free through the engine's replay socket (`ordering`, `replay`) and
+delivers the batches to a `BatchSink`: the local index (`IndexSink`),
+JetStream (`JetStreamSink`) or the router's event stream (the sidecar's
+publishers).
 """
 
 from kvrouter.adapters.vllm.config import EngineConfig, load_engines, stable_worker_id

@@ -24,7 +24,6 @@ from typing import Any
 
 import msgspec
 
-from kvrouter.adapters.events import ClearedAll, Event, RemovedBlocks, StoredBlocks
 from kvrouter.adapters.vllm.wire import (
     AllBlocksCleared,
     BlockHash,
@@ -32,13 +31,14 @@ from kvrouter.adapters.vllm.wire import (
     BlockStored,
     WireEvent,
 )
+from kvrouter.events import Cleared, Event, Removed, Stored, Tier
 
 log = logging.getLogger(__name__)
 
 MEDIUM_TIERS = {
-    "GPU": "device", "DEVICE": "device",
-    "CPU": "host", "CPU_PINNED": "host", "CPU_TIER1": "host",
-    "CPU_TIER2": "disk", "DISK": "disk", "NVME": "disk", "STORAGE": "disk",
+    "GPU": Tier.DEVICE, "DEVICE": Tier.DEVICE,
+    "CPU": Tier.HOST, "CPU_PINNED": Tier.HOST, "CPU_TIER1": Tier.HOST,
+    "CPU_TIER2": Tier.DISK, "DISK": Tier.DISK, "NVME": Tier.DISK, "STORAGE": Tier.DISK,
 }
 
 U64 = (1 << 64) - 1
@@ -65,18 +65,18 @@ class EventConverter:
         out: list[Event] = []
         for event in events:
             if isinstance(event, AllBlocksCleared):
-                out.append(ClearedAll())
+                out.append(Cleared())
             elif not self._in_group(getattr(event, "group_idx", None)):
                 self._skip("other_kv_group")
             elif (tier := self._tier(event.medium)) is None:
                 self._skip("unknown_medium", event.medium)
             elif isinstance(event, BlockRemoved):
-                out.append(RemovedBlocks([engine_block_id(h) for h in event.block_hashes], tier))
+                out.append(Removed([engine_block_id(h) for h in event.block_hashes], tier))
             else:
                 out.extend(self._stored(event, tier))
         return out
 
-    def _stored(self, event: BlockStored, tier: str) -> list[StoredBlocks]:
+    def _stored(self, event: BlockStored, tier: Tier) -> list[Stored]:
         if event.block_size != self.block_size:
             self._skip("block_size_mismatch", event.block_size)
             return []
@@ -97,13 +97,13 @@ class EventConverter:
         extra = event.extra_keys if isinstance(event.extra_keys, list) else []
         namespaces = [_namespace(base, extra[i] if i < len(extra) else None, lora)
                       for i in range(full)]
-        runs: list[StoredBlocks] = []
+        runs: list[Stored] = []
         start = 0
         for end in range(1, full + 1):
             if end == full or namespaces[end] != namespaces[start]:
-                runs.append(StoredBlocks(ids[start:end], event.token_ids[start * bs:end * bs],
-                                         ids[start - 1] if start else parent, tier,
-                                         namespaces[start]))
+                runs.append(Stored(ids[start:end], event.token_ids[start * bs:end * bs],
+                                   parent=ids[start - 1] if start else parent, tier=tier,
+                                   namespace=namespaces[start]))
                 start = end
         return runs
 
@@ -111,14 +111,15 @@ class EventConverter:
         return not isinstance(group, int) or group == self.kv_group
 
     @staticmethod
-    def _tier(medium: Any) -> str | None:
+    def _tier(medium: Any) -> Tier | None:
         if medium is None:
-            return "device"
+            return Tier.DEVICE
         return MEDIUM_TIERS.get(medium.upper()) if isinstance(medium, str) else None
 
     def _skip(self, reason: str, detail: Any = None) -> None:
         if not self.skipped[reason]:
-            log.warning("skipping vLLM events: %s (%r)", reason, detail)
+            log.warning("skipping vLLM events",
+                        extra={"fields": {"reason": reason, "detail": repr(detail)}})
         self.skipped[reason] += 1
 
 

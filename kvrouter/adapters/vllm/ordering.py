@@ -32,11 +32,11 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
-from kvrouter.adapters.events import Event, WorkerBatch
-from kvrouter.adapters.sink import EventSink
+from kvrouter.adapters.sink import BatchSink
 from kvrouter.adapters.vllm.config import Stream
 from kvrouter.adapters.vllm.convert import EventConverter
 from kvrouter.adapters.vllm.wire import WireError, decode_batch
+from kvrouter.events import Event, WorkerBatch
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ Replay = Callable[[str, int], Awaitable[tuple[dict[int, bytes], bool]]]
 
 
 class StreamSequencer:
-    def __init__(self, stream: Stream, converter: EventConverter, sink: EventSink,
+    def __init__(self, stream: Stream, converter: EventConverter, sink: BatchSink,
                  replay: Replay, stats: Counter[str]) -> None:
         self.stream = stream
         self.converter = converter
@@ -68,8 +68,8 @@ class StreamSequencer:
         self.last_live = seq
         if went_back or self.probed_upto < seq < expected:
             self.stats["restarts"] += 1
-            log.warning("%s dp%d restarted (batch %d, expected %d); resyncing worker %d",
-                        self.stream.engine, self.stream.dp_rank, seq, expected, worker)
+            log.warning("engine restarted; resyncing the worker", extra={"fields": {
+                **self._where(), "worker_id": worker, "seq": seq, "expected_seq": expected}})
             self.probed_upto = -1
             found, _ = await self._fetch(0, seq)
             await self._deliver_run(worker, 0, seq, {**found, seq: payload}, restarted=True)
@@ -106,8 +106,8 @@ class StreamSequencer:
         if not found and self.cleared_at == expected - 1:
             return
         self.stats["restarts"] += 1
-        log.warning("%s dp%d no longer holds batch %d: it restarted; resyncing worker %d",
-                    self.stream.engine, self.stream.dp_rank, expected - 1, worker)
+        log.warning("engine no longer holds the last batch: it restarted; resyncing the worker",
+                    extra={"fields": {**self._where(), "worker_id": worker, "seq": expected - 1}})
         self.probed_upto = -1
         if found:
             newest = max(found)
@@ -134,11 +134,14 @@ class StreamSequencer:
         if resync:
             self.stats["resyncs"] += 1
         if first != start:
-            log.warning("worker %d: batches %d..%d are gone; resyncing from batch %d",
-                        worker, start, first - 1, first)
+            log.warning("batches are gone; resyncing the worker", extra={"fields": {
+                "worker_id": worker, "gone_from": start, "gone_to": first - 1, "seq": first}})
         for number in range(first, end + 1):
             _, events = self._decode(number, found[number])
             await self._deliver(_batch(worker, number, events, resync and number == first))
+
+    def _where(self) -> dict[str, object]:
+        return {"engine": self.stream.engine, "dp_rank": self.stream.dp_rank}
 
     async def _deliver(self, batch: WorkerBatch) -> None:
         await self.sink.deliver(batch)
@@ -151,8 +154,8 @@ class StreamSequencer:
             batch = decode_batch(payload)
         except WireError as exc:
             self.stats["malformed"] += 1
-            log.error("%s dp%d batch %d: %s; clearing the worker", self.stream.engine,
-                      self.stream.dp_rank, seq, exc)
+            log.error("unreadable batch; clearing the worker",
+                      extra={"fields": {**self._where(), "seq": seq, "error": str(exc)}})
             return None, None
         for tag in batch.skipped_tags:
             self.stats[f"unknown_event:{tag}"] += 1

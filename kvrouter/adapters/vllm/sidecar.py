@@ -19,19 +19,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from kvrouter.adapters.events import RemovedBlocks, StoredBlocks, WorkerBatch
 from kvrouter.adapters.nats import EngineBridge, NatsConfig
 from kvrouter.adapters.vllm.config import EngineConfig
 from kvrouter.adapters.vllm.subscriber import EngineSubscriber
-from kvrouter.client import KvEventPublisher, WorkerRegistration
+from kvrouter.client import WorkerRegistration
+from kvrouter.client.event_stream import GrpcEventTransport
+from kvrouter.events import EventPublisher, WorkerBatch
 
 
 class PublisherSink:
-    """An `EventSink` that forwards each worker's batches to its
-    `KvEventPublisher`. A resync becomes a `cleared` first: the router then
-    forgets what it knew of the worker, as the index would on a resync."""
+    """A `BatchSink` that forwards each worker's batches to its
+    `EventPublisher`, which numbers them anew. A resync becomes a `cleared`
+    first: the router then forgets what it knew of the worker, as the index
+    would on a resync."""
 
-    def __init__(self, publishers: dict[int, KvEventPublisher]) -> None:
+    def __init__(self, publishers: dict[int, EventPublisher]) -> None:
         self.publishers = publishers
         self._next: dict[int, int] = {}
 
@@ -42,14 +44,7 @@ class PublisherSink:
         publisher = self.publishers[batch.worker_id]
         if batch.resync:
             publisher.cleared()
-        for event in batch.events:
-            if isinstance(event, StoredBlocks):
-                publisher.stored(event.parent, event.block_ids, event.token_ids, event.tier,
-                                 event.namespace)
-            elif isinstance(event, RemovedBlocks):
-                publisher.removed(event.block_ids, event.tier)
-            else:
-                publisher.cleared()
+        publisher.emit(batch.events)
         self._next[batch.worker_id] = batch.seq + 1
 
 
@@ -70,7 +65,7 @@ class VllmSidecar:
         self.block_size = block_size
         self.nats = nats
         self.registrations: list[WorkerRegistration] = []
-        self.publishers: dict[int, KvEventPublisher] = {}
+        self.publishers: dict[int, EventPublisher] = {}
         self.subscriber: EngineSubscriber | None = None
         self.bridge: EngineBridge | None = None
 
@@ -101,8 +96,10 @@ class VllmSidecar:
     async def _forward_to(self, router: str) -> None:
         for engine in self.engines:
             for stream in engine.streams:
-                self.publishers[stream.worker_id] = KvEventPublisher(
-                    router, stream.worker_id, block_size=self.block_size).start()
+                publisher = EventPublisher(GrpcEventTransport(router), stream.worker_id,
+                                           block_size=self.block_size)
+                await publisher.start()
+                self.publishers[stream.worker_id] = publisher
         self.subscriber = EngineSubscriber(self.engines, PublisherSink(self.publishers),
                                            block_size=self.block_size)
         await self.subscriber.start()
@@ -115,7 +112,7 @@ class VllmSidecar:
             await self.subscriber.stop()
             self.subscriber = None
         for publisher in self.publishers.values():
-            await asyncio.to_thread(publisher.close)
+            await publisher.stop()
         self.publishers.clear()
         for registration in self.registrations:
             await registration.stop()

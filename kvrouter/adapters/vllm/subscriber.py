@@ -14,7 +14,7 @@ from collections import Counter
 import zmq
 import zmq.asyncio
 
-from kvrouter.adapters.sink import EventSink
+from kvrouter.adapters.sink import BatchSink
 from kvrouter.adapters.vllm.config import EngineConfig, Stream
 from kvrouter.adapters.vllm.convert import EventConverter
 from kvrouter.adapters.vllm.ordering import StreamSequencer
@@ -27,7 +27,7 @@ class EngineSubscriber:
     """Delivers every configured engine's batches to `sink`, each worker's in
     order and without gaps. Use as `async with EngineSubscriber(...)`."""
 
-    def __init__(self, engines: list[EngineConfig], sink: EventSink, *, block_size: int,
+    def __init__(self, engines: list[EngineConfig], sink: BatchSink, *, block_size: int,
                  replay_idle_timeout_s: float = 1.0, probe_interval_s: float = 1.0) -> None:
         self.engines = engines
         self.sink = sink
@@ -100,7 +100,8 @@ class EngineSubscriber:
             await step
         except Exception:
             self.stats["errors"] += 1
-            log.exception("%s: handling KV events failed", stream.endpoint)
+            log.exception("handling KV events failed",
+                          extra={"fields": {"endpoint": stream.endpoint}})
 
     async def _replay(self, endpoint: str, start_seq: int) -> tuple[dict[int, bytes], bool]:
         return await fetch_replay(self._ctx, endpoint, start_seq, self.replay_idle_timeout_s)

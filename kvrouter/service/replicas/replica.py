@@ -20,6 +20,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import nats.errors
@@ -68,7 +69,8 @@ class IndexReplica:
                 raise ValueError(f"snapshot {self.snapshot_path} has block size "
                                  f"{index.block_size}, the replica {self.index.block_size}")
             self.index = index
-            log.info("replica %s resumes after stream position %d", self.name, self.position)
+            log.info("replica resumes after its stream position",
+                     extra={"fields": {"replica": self.name, "position": self.position}})
         await ensure_stream(self.js, self.config)
         subscription = await self._subscribe()
         self._task = asyncio.create_task(self._consume(subscription), name=f"replica {self.name}")
@@ -114,7 +116,8 @@ class IndexReplica:
                 messages = []
             except nats.errors.Error as exc:
                 # The client reconnects by itself; the consumer stays durable.
-                log.warning("replica %s: fetching from the stream failed: %s", self.name, exc)
+                log.warning("fetching from the stream failed",
+                            extra={"fields": {"replica": self.name, "error": str(exc)}})
                 await asyncio.sleep(0.5)
                 continue
             for message in messages:
@@ -134,15 +137,15 @@ class IndexReplica:
         except ValueError as exc:
             # The worker's next batch shows up as a gap and resyncs it.
             self.stats["malformed"] += 1
-            log.error("replica %s: stream message %d: %s", self.name, stream_seq, exc)
+            log.error("unreadable stream message", extra={"fields": {
+                "replica": self.name, "position": stream_seq, "error": str(exc)}})
             return
         status = apply_batch(self.index, batch)
         if status == "gap":
             self.stats["resyncs"] += 1
-            log.warning("replica %s: worker %d batch %d skips ahead; resyncing the worker",
-                        self.name, batch.worker_id, batch.seq)
-            batch.resync = True
-            apply_batch(self.index, batch)
+            log.warning("batch skips ahead; resyncing the worker", extra={"fields": {
+                "replica": self.name, "worker_id": batch.worker_id, "seq": batch.seq}})
+            apply_batch(self.index, replace(batch, resync=True))
         elif status == "duplicate":
             self.stats["duplicates"] += 1
         self.stats["batches"] += 1
