@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from kvrouter.net.channels import CHANNEL_OPTIONS, aio_channel
-from kvrouter.net.credentials import Credentials
 from kvrouter.events.model import WorkerBatch
 from kvrouter.events.proto import batch_to_proto
 from kvrouter.events.transport import Hello, LinkClosed, Reply
+from kvrouter.net.channels import CHANNEL_OPTIONS, aio_channel
+from kvrouter.net.credentials import Credentials
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 

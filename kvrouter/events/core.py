@@ -25,13 +25,23 @@ def core_events(events: Iterable[Event]) -> list[_core.Event]:
 def _core_event(event: Event) -> _core.Event:
     match event:
         case Stored(local_hashes=()):
-            return _core.Stored(event.block_ids, event.token_ids, parent=event.parent,
-                                tier=event.tier, namespace=event.namespace)
+            return _core.Stored(
+                event.block_ids,
+                event.token_ids,
+                parent=event.parent,
+                tier=event.tier,
+                namespace=event.namespace,
+            )
         case Stored():
             # Tokens as well are the core's "exactly one of" error.
-            return _core.Stored(event.block_ids, event.token_ids or None,
-                                local_hashes=event.local_hashes, parent=event.parent,
-                                tier=event.tier, namespace=event.namespace)
+            return _core.Stored(
+                event.block_ids,
+                event.token_ids or None,
+                local_hashes=event.local_hashes,
+                parent=event.parent,
+                tier=event.tier,
+                namespace=event.namespace,
+            )
         case Removed():
             return _core.Removed(event.block_ids, event.tier)
         case Cleared():

@@ -71,4 +71,3 @@ class WorkerBatch:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "events", tuple(self.events))
-

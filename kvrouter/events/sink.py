@@ -32,13 +32,17 @@ class EventSink(ABC):
     ) -> None:
         """Consecutive blocks of one sequence (block_size tokens each), after
         `parent_block_id` (None: they start it), were cached in `tier`."""
-        self.emit((Stored(
-            tuple(block_ids),
-            tuple(token_ids),
-            parent=parent_block_id,
-            tier=tier,
-            namespace=self.namespace if namespace is None else namespace,
-        ),))
+        self.emit(
+            (
+                Stored(
+                    tuple(block_ids),
+                    tuple(token_ids),
+                    parent=parent_block_id,
+                    tier=tier,
+                    namespace=self.namespace if namespace is None else namespace,
+                ),
+            )
+        )
 
     def removed(self, block_ids: Iterable[int], tier: Tier | str = Tier.DEVICE) -> None:
         """These blocks left `tier`."""

@@ -71,7 +71,7 @@ def make_policy(
     """`config` for kvrouter; a baseline takes only `seed` (for its ties)."""
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
-    settings = config.replace(policy=name) if name == "kvrouter" else PolicyConfig(
-        policy=name, seed=seed
+    settings = (
+        config.replace(policy=name) if name == "kvrouter" else PolicyConfig(policy=name, seed=seed)
     )
     return ReplayPolicy(name, workers, index, settings, clock)

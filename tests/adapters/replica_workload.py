@@ -30,14 +30,15 @@ def workload(workers: list[int], batches: int, seed: int = 0):
             prompts[which] = turn
             ids = hash_tokens(turn, BS)
             have = held[worker].get(which, [])
-            new = ids[len(have):]
-            events.append(Stored(new, turn[len(have) * BS:len(ids) * BS],
-                                 parent=have[-1] if have else None))
+            new = ids[len(have) :]
+            events.append(
+                Stored(new, turn[len(have) * BS : len(ids) * BS], parent=have[-1] if have else None)
+            )
             held[worker][which] = ids
         elif roll < 0.95 and held[worker]:
             which = rng.choice(sorted(held[worker]))
             ids = held[worker].pop(which)
-            events.append(Removed(ids[len(ids) // 2:]))
+            events.append(Removed(ids[len(ids) // 2 :]))
             if len(ids) // 2:
                 held[worker][which] = ids[: len(ids) // 2]
         else:

@@ -28,12 +28,14 @@ TRANSPORTS = ["grpc", "jetstream"]
 @contextlib.asynccontextmanager
 async def router_stream():
     """A router, with the worker registered: its transport and its index."""
-    server = RouterServer(ServiceConfig(listen="127.0.0.1:0", metrics_listen="",
-                                        log_format="text", log_decisions=False))
+    server = RouterServer(
+        ServiceConfig(
+            listen="127.0.0.1:0", metrics_listen="", log_format="text", log_decisions=False
+        )
+    )
     await server.start()
     target = f"127.0.0.1:{server.port}"
-    registration = WorkerRegistration(target, role="both", capacity_blocks=10_000,
-                                      worker_id=WORKER)
+    registration = WorkerRegistration(target, role="both", capacity_blocks=10_000, worker_id=WORKER)
     await registration.start()
     try:
         yield GrpcEventTransport(target), server.index
@@ -80,8 +82,10 @@ def test_events_arrive_and_a_restarted_publisher_replaces_its_entries(kind, requ
                 publisher.stored(ids[0], ids[1:], tokens[BS:], Tier.HOST)
                 assert await publisher.flush(timeout=10)
                 await publisher.stop()
-                await until(lambda t=tokens: blocks_of(index, t) == {WORKER: len(t) // BS},
-                            f"run {run_of_worker}'s blocks")
+                await until(
+                    lambda t=tokens: blocks_of(index, t) == {WORKER: len(t) // BS},
+                    f"run {run_of_worker}'s blocks",
+                )
                 tiers = index.find_matches_for_tokens(tokens).tiers[WORKER]
                 assert tiers == (1, len(tokens) // BS - 1, 0)
             # The second run's first batch was a resync: the first run's blocks are gone.
@@ -100,8 +104,9 @@ def test_a_publisher_that_dropped_events_sends_its_dump(kind, request):
 
     async def scenario():
         async with receiver(kind, request) as (transport, index):
-            publisher = EventPublisher(transport, WORKER, block_size=BS, dump_cache=dump_cache,
-                                       max_pending_events=4)
+            publisher = EventPublisher(
+                transport, WORKER, block_size=BS, dump_cache=dump_cache, max_pending_events=4
+            )
             # Before it starts, an engine that stores and evicts keeps its last 3 blocks.
             for block_id in range(20):
                 cache[block_id] = prompt(10 + block_id, 1)

@@ -144,9 +144,17 @@ def test_conversion_keeps_what_the_router_can_hash():
 
 def test_extra_keys_split_a_stored_event_at_namespace_changes():
     converter = EventConverter(block_size=16)
-    [plain, image, after] = converter.convert([BlockStored(
-        [1, 2, 3], TOKENS + TOKENS[:16], 16, lora_name="ad",
-        extra_keys=[("ad",), ("ad", "f" * 64), None])])
+    [plain, image, after] = converter.convert(
+        [
+            BlockStored(
+                [1, 2, 3],
+                TOKENS + TOKENS[:16],
+                16,
+                lora_name="ad",
+                extra_keys=[("ad",), ("ad", "f" * 64), None],
+            )
+        ]
+    )
     assert (plain.block_ids, plain.parent, plain.namespace) == ((1,), None, "ad")
     assert image.block_ids == (2,) and image.parent == 1 and image.namespace.startswith("ad#")
     assert (after.block_ids, after.parent, after.namespace) == ((3,), 2, "ad")

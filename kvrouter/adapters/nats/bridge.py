@@ -22,8 +22,9 @@ from kvrouter.adapters.vllm.subscriber import EngineSubscriber
 class EngineBridge:
     """`async with EngineBridge(config, engines) as bridge:`"""
 
-    def __init__(self, config: NatsConfig, engines: list[EngineConfig], *,
-                 block_size: int = 16) -> None:
+    def __init__(
+        self, config: NatsConfig, engines: list[EngineConfig], *, block_size: int = 16
+    ) -> None:
         self.config = config
         self.engines = engines
         self.block_size = block_size
@@ -34,8 +35,9 @@ class EngineBridge:
         self.nc = await nats.connect(servers=list(self.config.servers), name="kvrouter-bridge")
         js = self.nc.jetstream()
         await ensure_stream(js, self.config)
-        self.subscriber = EngineSubscriber(self.engines, JetStreamSink(js, self.config),
-                                           block_size=self.block_size)
+        self.subscriber = EngineSubscriber(
+            self.engines, JetStreamSink(js, self.config), block_size=self.block_size
+        )
         await self.subscriber.start()
 
     async def stop(self) -> None:

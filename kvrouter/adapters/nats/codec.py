@@ -15,15 +15,22 @@ _decoder = msgspec.msgpack.Decoder()
 
 
 def encode_batch(batch: WorkerBatch) -> bytes:
-    return _encoder.encode([batch.worker_id, batch.seq, batch.resync,
-                            [_encode_event(e) for e in batch.events]])
+    return _encoder.encode(
+        [batch.worker_id, batch.seq, batch.resync, [_encode_event(e) for e in batch.events]]
+    )
 
 
 def _encode_event(event: Event) -> list:
     match event:
         case Stored():
-            fields = ["stored", event.block_ids, event.token_ids, event.parent, event.tier,
-                      event.namespace]
+            fields = [
+                "stored",
+                event.block_ids,
+                event.token_ids,
+                event.parent,
+                event.tier,
+                event.namespace,
+            ]
             return fields + [event.local_hashes] if event.local_hashes else fields
         case Removed():
             return ["removed", event.block_ids, event.tier]
@@ -36,8 +43,7 @@ def decode_batch(data: bytes) -> WorkerBatch:
     """Raises ValueError for anything but a batch this module encoded."""
     try:
         worker, seq, resync, events = _decoder.decode(data)
-        return WorkerBatch(int(worker), int(seq), [_decode_event(e) for e in events],
-                           bool(resync))
+        return WorkerBatch(int(worker), int(seq), [_decode_event(e) for e in events], bool(resync))
     except (msgspec.DecodeError, TypeError, ValueError) as exc:
         raise ValueError(f"not a kvrouter event batch: {exc}") from exc
 
@@ -47,8 +53,9 @@ def _decode_event(raw: list) -> Event:
     if kind == "stored":
         ids, tokens, parent, tier, namespace, *rest = fields
         (local_hashes,) = rest or ((),)
-        return Stored(ids, tokens, parent=parent, tier=tier, namespace=namespace,
-                      local_hashes=local_hashes)
+        return Stored(
+            ids, tokens, parent=parent, tier=tier, namespace=namespace, local_hashes=local_hashes
+        )
     if kind == "removed":
         ids, tier = fields
         return Removed(ids, tier)

@@ -18,8 +18,9 @@ from kvrouter.events import WorkerBatch
 async def publish_batch(js: JetStreamContext, config: NatsConfig, batch: WorkerBatch) -> None:
     # No Nats-Msg-Id dedup: a restarted worker legitimately numbers its
     # batches from 0 again; replicas drop true duplicates by number.
-    await js.publish(config.event_subject(batch.worker_id), encode_batch(batch),
-                     stream=config.stream)
+    await js.publish(
+        config.event_subject(batch.worker_id), encode_batch(batch), stream=config.stream
+    )
 
 
 async def next_seq_in_stream(js: JetStreamContext, config: NatsConfig, worker_id: int) -> int:

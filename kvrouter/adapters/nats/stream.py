@@ -12,9 +12,14 @@ from kvrouter.adapters.nats.config import NatsConfig
 async def ensure_stream(js: JetStreamContext, config: NatsConfig) -> None:
     """Creates the stream, or brings an existing one to this configuration.
     Limits retention: replicas read it independently, each at its own pace."""
-    wanted = StreamConfig(name=config.stream, subjects=[config.event_subjects],
-                          retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
-                          max_age=config.max_age_s, num_replicas=config.stream_replicas)
+    wanted = StreamConfig(
+        name=config.stream,
+        subjects=[config.event_subjects],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=config.max_age_s,
+        num_replicas=config.stream_replicas,
+    )
     try:
         await js.add_stream(wanted)
     except BadRequestError:

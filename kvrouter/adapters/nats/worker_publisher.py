@@ -15,6 +15,5 @@ class JetStreamWorkerPublisher(EventPublisher):
     """`EventPublisher(JetStreamTransport(js, config), worker_id, ...)`; the
     same options as `EventPublisher`. `await start()`, `await stop()`."""
 
-    def __init__(self, js: JetStreamContext, config: NatsConfig, worker_id: int,
-                 **options) -> None:
+    def __init__(self, js: JetStreamContext, config: NatsConfig, worker_id: int, **options) -> None:
         super().__init__(JetStreamTransport(js, config), worker_id, **options)

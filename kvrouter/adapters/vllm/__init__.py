@@ -13,5 +13,10 @@ from kvrouter.adapters.vllm.config import EngineConfig, load_engines, stable_wor
 from kvrouter.adapters.vllm.discovery import register_engines
 from kvrouter.adapters.vllm.subscriber import EngineSubscriber
 
-__all__ = ["EngineConfig", "EngineSubscriber", "load_engines", "register_engines",
-           "stable_worker_id"]
+__all__ = [
+    "EngineConfig",
+    "EngineSubscriber",
+    "load_engines",
+    "register_engines",
+    "stable_worker_id",
+]

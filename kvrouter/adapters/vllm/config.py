@@ -52,14 +52,23 @@ class EngineConfig:
         if self.data_parallel_size < 1:
             raise ValueError(f"engine {self.name}: data_parallel_size must be >= 1")
         if self.worker_ids and len(self.worker_ids) != self.data_parallel_size:
-            raise ValueError(f"engine {self.name}: worker_ids needs one id per DP rank "
-                             f"({self.data_parallel_size}), got {len(self.worker_ids)}")
-        ids = self.worker_ids or tuple(stable_worker_id(self.name, r)
-                                       for r in range(self.data_parallel_size))
+            raise ValueError(
+                f"engine {self.name}: worker_ids needs one id per DP rank "
+                f"({self.data_parallel_size}), got {len(self.worker_ids)}"
+            )
+        ids = self.worker_ids or tuple(
+            stable_worker_id(self.name, r) for r in range(self.data_parallel_size)
+        )
         streams = tuple(
-            Stream(self.name, rank, offset_endpoint(self.endpoint, rank),
-                   self.replay_endpoint and offset_endpoint(self.replay_endpoint, rank), ids)
-            for rank in range(self.data_parallel_size))
+            Stream(
+                self.name,
+                rank,
+                offset_endpoint(self.endpoint, rank),
+                self.replay_endpoint and offset_endpoint(self.replay_endpoint, rank),
+                ids,
+            )
+            for rank in range(self.data_parallel_size)
+        )
         object.__setattr__(self, "worker_ids", ids)
         object.__setattr__(self, "streams", streams)
 

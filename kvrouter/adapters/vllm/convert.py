@@ -36,9 +36,15 @@ from kvrouter.events import Cleared, Event, Removed, Stored, Tier
 log = logging.getLogger(__name__)
 
 MEDIUM_TIERS = {
-    "GPU": Tier.DEVICE, "DEVICE": Tier.DEVICE,
-    "CPU": Tier.HOST, "CPU_PINNED": Tier.HOST, "CPU_TIER1": Tier.HOST,
-    "CPU_TIER2": Tier.DISK, "DISK": Tier.DISK, "NVME": Tier.DISK, "STORAGE": Tier.DISK,
+    "GPU": Tier.DEVICE,
+    "DEVICE": Tier.DEVICE,
+    "CPU": Tier.HOST,
+    "CPU_PINNED": Tier.HOST,
+    "CPU_TIER1": Tier.HOST,
+    "CPU_TIER2": Tier.DISK,
+    "DISK": Tier.DISK,
+    "NVME": Tier.DISK,
+    "STORAGE": Tier.DISK,
 }
 
 U64 = (1 << 64) - 1
@@ -81,8 +87,9 @@ class EventConverter:
             self._skip("block_size_mismatch", event.block_size)
             return []
         ids = [engine_block_id(h) for h in event.block_hashes]
-        parent = None if event.parent_block_hash is None else engine_block_id(
-            event.parent_block_hash)
+        parent = (
+            None if event.parent_block_hash is None else engine_block_id(event.parent_block_hash)
+        )
         distinct = set(ids) if parent is None else set(ids) | {parent}
         if len(distinct) != len(ids) + (parent is not None):
             self._skip("repeated_block_id")
@@ -91,19 +98,29 @@ class EventConverter:
         full = min(len(ids), len(event.token_ids) // bs)
         if full < len(ids):
             self._skip("missing_tokens")
-        lora = event.lora_name if isinstance(event.lora_name, str) and event.lora_name else (
-            f"lora-{event.lora_id}" if isinstance(event.lora_id, int) else None)
+        lora = (
+            event.lora_name
+            if isinstance(event.lora_name, str) and event.lora_name
+            else (f"lora-{event.lora_id}" if isinstance(event.lora_id, int) else None)
+        )
         base = lora or self.namespace
         extra = event.extra_keys if isinstance(event.extra_keys, list) else []
-        namespaces = [_namespace(base, extra[i] if i < len(extra) else None, lora)
-                      for i in range(full)]
+        namespaces = [
+            _namespace(base, extra[i] if i < len(extra) else None, lora) for i in range(full)
+        ]
         runs: list[Stored] = []
         start = 0
         for end in range(1, full + 1):
             if end == full or namespaces[end] != namespaces[start]:
-                runs.append(Stored(ids[start:end], event.token_ids[start * bs:end * bs],
-                                   parent=ids[start - 1] if start else parent, tier=tier,
-                                   namespace=namespaces[start]))
+                runs.append(
+                    Stored(
+                        ids[start:end],
+                        event.token_ids[start * bs : end * bs],
+                        parent=ids[start - 1] if start else parent,
+                        tier=tier,
+                        namespace=namespaces[start],
+                    )
+                )
                 start = end
         return runs
 
@@ -118,8 +135,9 @@ class EventConverter:
 
     def _skip(self, reason: str, detail: Any = None) -> None:
         if not self.skipped[reason]:
-            log.warning("skipping vLLM events",
-                        extra={"fields": {"reason": reason, "detail": repr(detail)}})
+            log.warning(
+                "skipping vLLM events", extra={"fields": {"reason": reason, "detail": repr(detail)}}
+            )
         self.skipped[reason] += 1
 
 

@@ -46,8 +46,14 @@ Replay = Callable[[str, int], Awaitable[tuple[dict[int, bytes], bool]]]
 
 
 class StreamSequencer:
-    def __init__(self, stream: Stream, converter: EventConverter, sink: BatchSink,
-                 replay: Replay, stats: Counter[str]) -> None:
+    def __init__(
+        self,
+        stream: Stream,
+        converter: EventConverter,
+        sink: BatchSink,
+        replay: Replay,
+        stats: Counter[str],
+    ) -> None:
         self.stream = stream
         self.converter = converter
         self.sink = sink
@@ -68,8 +74,17 @@ class StreamSequencer:
         self.last_live = seq
         if went_back or self.probed_upto < seq < expected:
             self.stats["restarts"] += 1
-            log.warning("engine restarted; resyncing the worker", extra={"fields": {
-                **self._where(), "worker_id": worker, "seq": seq, "expected_seq": expected}})
+            log.warning(
+                "engine restarted; resyncing the worker",
+                extra={
+                    "fields": {
+                        **self._where(),
+                        "worker_id": worker,
+                        "seq": seq,
+                        "expected_seq": expected,
+                    }
+                },
+            )
             self.probed_upto = -1
             found, _ = await self._fetch(0, seq)
             await self._deliver_run(worker, 0, seq, {**found, seq: payload}, restarted=True)
@@ -106,8 +121,10 @@ class StreamSequencer:
         if not found and self.cleared_at == expected - 1:
             return
         self.stats["restarts"] += 1
-        log.warning("engine no longer holds the last batch: it restarted; resyncing the worker",
-                    extra={"fields": {**self._where(), "worker_id": worker, "seq": expected - 1}})
+        log.warning(
+            "engine no longer holds the last batch: it restarted; resyncing the worker",
+            extra={"fields": {**self._where(), "worker_id": worker, "seq": expected - 1}},
+        )
         self.probed_upto = -1
         if found:
             newest = max(found)
@@ -123,8 +140,9 @@ class StreamSequencer:
         self.stats["replays"] += 1
         return await self.replay(self.stream.replay_endpoint, start)
 
-    async def _deliver_run(self, worker: int, start: int, end: int, found: dict[int, bytes],
-                           restarted: bool = False) -> None:
+    async def _deliver_run(
+        self, worker: int, start: int, end: int, found: dict[int, bytes], restarted: bool = False
+    ) -> None:
         """Delivers the complete run of batches that ends at `end`, resyncing
         at its first batch unless it starts at `start` after no restart."""
         first = end
@@ -134,8 +152,17 @@ class StreamSequencer:
         if resync:
             self.stats["resyncs"] += 1
         if first != start:
-            log.warning("batches are gone; resyncing the worker", extra={"fields": {
-                "worker_id": worker, "gone_from": start, "gone_to": first - 1, "seq": first}})
+            log.warning(
+                "batches are gone; resyncing the worker",
+                extra={
+                    "fields": {
+                        "worker_id": worker,
+                        "gone_from": start,
+                        "gone_to": first - 1,
+                        "seq": first,
+                    }
+                },
+            )
         for number in range(first, end + 1):
             _, events = self._decode(number, found[number])
             await self._deliver(_batch(worker, number, events, resync and number == first))
@@ -154,8 +181,10 @@ class StreamSequencer:
             batch = decode_batch(payload)
         except WireError as exc:
             self.stats["malformed"] += 1
-            log.error("unreadable batch; clearing the worker",
-                      extra={"fields": {**self._where(), "seq": seq, "error": str(exc)}})
+            log.error(
+                "unreadable batch; clearing the worker",
+                extra={"fields": {**self._where(), "seq": seq, "error": str(exc)}},
+            )
             return None, None
         for tag in batch.skipped_tags:
             self.stats[f"unknown_event:{tag}"] += 1

@@ -15,8 +15,9 @@ import zmq.asyncio
 END_OF_REPLAY = -1
 
 
-async def fetch_replay(ctx: zmq.asyncio.Context, endpoint: str, start_seq: int,
-                       idle_timeout_s: float) -> tuple[dict[int, bytes], bool]:
+async def fetch_replay(
+    ctx: zmq.asyncio.Context, endpoint: str, start_seq: int, idle_timeout_s: float
+) -> tuple[dict[int, bytes], bool]:
     """Payloads by batch number, as far as the engine's buffer reaches, and
     whether the engine answered to the end (it gives up when the engine stays
     silent for `idle_timeout_s`)."""

@@ -16,7 +16,6 @@ publishes the events to their JetStream stream, as `kvrouter bridge` does:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from kvrouter.adapters.nats import EngineBridge, NatsConfig
@@ -53,8 +52,14 @@ class VllmSidecar:
     events go to the JetStream stream, and `routers` are the replicas that
     read it."""
 
-    def __init__(self, routers: str | Sequence[str], engines: list[EngineConfig], *,
-                 block_size: int = 16, nats: NatsConfig | None = None) -> None:
+    def __init__(
+        self,
+        routers: str | Sequence[str],
+        engines: list[EngineConfig],
+        *,
+        block_size: int = 16,
+        nats: NatsConfig | None = None,
+    ) -> None:
         self.routers = [routers] if isinstance(routers, str) else list(routers)
         if not self.routers:
             raise ValueError("give at least one router")
@@ -86,22 +91,28 @@ class VllmSidecar:
         for engine in self.engines:
             for stream in engine.streams:
                 registration = WorkerRegistration(
-                    router, role=engine.role, capacity_blocks=engine.capacity_blocks,
-                    address=engine.address, block_size=self.block_size,
+                    router,
+                    role=engine.role,
+                    capacity_blocks=engine.capacity_blocks,
+                    address=engine.address,
+                    block_size=self.block_size,
                     worker_id=stream.worker_id,
-                    metadata={"engine": engine.name, "dp_rank": str(stream.dp_rank)})
+                    metadata={"engine": engine.name, "dp_rank": str(stream.dp_rank)},
+                )
                 await registration.start()
                 self.registrations.append(registration)
 
     async def _forward_to(self, router: str) -> None:
         for engine in self.engines:
             for stream in engine.streams:
-                publisher = EventPublisher(GrpcEventTransport(router), stream.worker_id,
-                                           block_size=self.block_size)
+                publisher = EventPublisher(
+                    GrpcEventTransport(router), stream.worker_id, block_size=self.block_size
+                )
                 await publisher.start()
                 self.publishers[stream.worker_id] = publisher
-        self.subscriber = EngineSubscriber(self.engines, PublisherSink(self.publishers),
-                                           block_size=self.block_size)
+        self.subscriber = EngineSubscriber(
+            self.engines, PublisherSink(self.publishers), block_size=self.block_size
+        )
         await self.subscriber.start()
 
     async def stop(self) -> None:

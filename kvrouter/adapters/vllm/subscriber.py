@@ -27,8 +27,15 @@ class EngineSubscriber:
     """Delivers every configured engine's batches to `sink`, each worker's in
     order and without gaps. Use as `async with EngineSubscriber(...)`."""
 
-    def __init__(self, engines: list[EngineConfig], sink: BatchSink, *, block_size: int,
-                 replay_idle_timeout_s: float = 1.0, probe_interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        engines: list[EngineConfig],
+        sink: BatchSink,
+        *,
+        block_size: int,
+        replay_idle_timeout_s: float = 1.0,
+        probe_interval_s: float = 1.0,
+    ) -> None:
         self.engines = engines
         self.sink = sink
         self.block_size = block_size
@@ -53,10 +60,12 @@ class EngineSubscriber:
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.subscribe(engine.topic.encode())
                 sock.connect(stream.endpoint)
-                sequencer = StreamSequencer(stream, converter, self.sink, self._replay,
-                                            self.stats)
-                self._tasks.append(asyncio.create_task(
-                    self._read(stream, sock, sequencer), name=f"kv-events {stream.endpoint}"))
+                sequencer = StreamSequencer(stream, converter, self.sink, self._replay, self.stats)
+                self._tasks.append(
+                    asyncio.create_task(
+                        self._read(stream, sock, sequencer), name=f"kv-events {stream.endpoint}"
+                    )
+                )
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -76,8 +85,9 @@ class EngineSubscriber:
     async def __aexit__(self, *exc) -> None:
         await self.stop()
 
-    async def _read(self, stream: Stream, sock: zmq.asyncio.Socket,
-                    sequencer: StreamSequencer) -> None:
+    async def _read(
+        self, stream: Stream, sock: zmq.asyncio.Socket, sequencer: StreamSequencer
+    ) -> None:
         try:
             await self._guarded(stream, sequencer.probe())
             while True:
@@ -100,8 +110,9 @@ class EngineSubscriber:
             await step
         except Exception:
             self.stats["errors"] += 1
-            log.exception("handling KV events failed",
-                          extra={"fields": {"endpoint": stream.endpoint}})
+            log.exception(
+                "handling KV events failed", extra={"fields": {"endpoint": stream.endpoint}}
+            )
 
     async def _replay(self, endpoint: str, start_seq: int) -> tuple[dict[int, bytes], bool]:
         return await fetch_replay(self._ctx, endpoint, start_seq, self.replay_idle_timeout_s)

@@ -25,8 +25,17 @@ import msgspec
 
 # Declaration order in vLLM's `BlockStored` / `BlockRemoved` (the positional
 # layout). Older engines stop early; the rest default to None.
-STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-                 "medium", "lora_name", "extra_keys", "group_idx")
+STORED_FIELDS = (
+    "block_hashes",
+    "parent_block_hash",
+    "token_ids",
+    "block_size",
+    "lora_id",
+    "medium",
+    "lora_name",
+    "extra_keys",
+    "group_idx",
+)
 REMOVED_FIELDS = ("block_hashes", "medium", "group_idx")
 
 BlockHash = int | bytes
@@ -148,7 +157,8 @@ def _build(tag: Any, values: dict | list, index: int) -> WireEvent | None:
 
 def _check_hashes(hashes: Any, index: int) -> None:
     if not isinstance(hashes, list) or not all(
-            isinstance(h, (int, bytes)) and not isinstance(h, bool) for h in hashes):
+        isinstance(h, (int, bytes)) and not isinstance(h, bool) for h in hashes
+    ):
         raise WireError(f"event {index}: block hashes must be ints or bytes")
 
 

@@ -39,9 +39,18 @@ log = logging.getLogger(__name__)
 
 
 class IndexReplica:
-    def __init__(self, nc: Client, config: NatsConfig, name: str, *, block_size: int = 16,
-                 max_blocks: int | None = None, snapshot_path: str | Path | None = None,
-                 snapshot_interval_s: float = 30.0, fetch_batch: int = 512) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        config: NatsConfig,
+        name: str,
+        *,
+        block_size: int = 16,
+        max_blocks: int | None = None,
+        snapshot_path: str | Path | None = None,
+        snapshot_interval_s: float = 30.0,
+        fetch_batch: int = 512,
+    ) -> None:
         self.nc = nc
         self.js = nc.jetstream()
         self.config = config
@@ -66,11 +75,15 @@ class IndexReplica:
             self.position, data = restored
             index = PrefixIndex.restore(data)
             if index.block_size != self.index.block_size:
-                raise ValueError(f"snapshot {self.snapshot_path} has block size "
-                                 f"{index.block_size}, the replica {self.index.block_size}")
+                raise ValueError(
+                    f"snapshot {self.snapshot_path} has block size "
+                    f"{index.block_size}, the replica {self.index.block_size}"
+                )
             self.index = index
-            log.info("replica resumes after its stream position",
-                     extra={"fields": {"replica": self.name, "position": self.position}})
+            log.info(
+                "replica resumes after its stream position",
+                extra={"fields": {"replica": self.name, "position": self.position}},
+            )
         await ensure_stream(self.js, self.config)
         subscription = await self._subscribe()
         self._task = asyncio.create_task(self._consume(subscription), name=f"replica {self.name}")
@@ -100,13 +113,23 @@ class IndexReplica:
         this replica's index covers."""
         with contextlib.suppress(NotFoundError):
             await self.js.delete_consumer(self.config.stream, self.name)
-        start = (dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                      opt_start_seq=self.position + 1)
-                 if self.position else dict(deliver_policy=DeliverPolicy.ALL))
-        consumer = ConsumerConfig(durable_name=self.name, ack_policy=AckPolicy.ALL,
-                                  filter_subject=self.config.event_subjects, **start)
-        return await self.js.pull_subscribe(self.config.event_subjects, durable=self.name,
-                                            stream=self.config.stream, config=consumer)
+        start = (
+            dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self.position + 1)
+            if self.position
+            else dict(deliver_policy=DeliverPolicy.ALL)
+        )
+        consumer = ConsumerConfig(
+            durable_name=self.name,
+            ack_policy=AckPolicy.ALL,
+            filter_subject=self.config.event_subjects,
+            **start,
+        )
+        return await self.js.pull_subscribe(
+            self.config.event_subjects,
+            durable=self.name,
+            stream=self.config.stream,
+            config=consumer,
+        )
 
     async def _consume(self, subscription) -> None:
         while not self._stopping:
@@ -116,16 +139,20 @@ class IndexReplica:
                 messages = []
             except nats.errors.Error as exc:
                 # The client reconnects by itself; the consumer stays durable.
-                log.warning("fetching from the stream failed",
-                            extra={"fields": {"replica": self.name, "error": str(exc)}})
+                log.warning(
+                    "fetching from the stream failed",
+                    extra={"fields": {"replica": self.name, "error": str(exc)}},
+                )
                 await asyncio.sleep(0.5)
                 continue
             for message in messages:
                 self._apply(message.data, message.metadata.sequence.stream)
             if messages:
                 await messages[-1].ack()
-            if self.snapshot_path and time.monotonic() - self._last_snapshot > \
-                    self.snapshot_interval_s:
+            if (
+                self.snapshot_path
+                and time.monotonic() - self._last_snapshot > self.snapshot_interval_s
+            ):
                 await self.save()
 
     def _apply(self, data: bytes, stream_seq: int) -> None:
@@ -137,14 +164,20 @@ class IndexReplica:
         except ValueError as exc:
             # The worker's next batch shows up as a gap and resyncs it.
             self.stats["malformed"] += 1
-            log.error("unreadable stream message", extra={"fields": {
-                "replica": self.name, "position": stream_seq, "error": str(exc)}})
+            log.error(
+                "unreadable stream message",
+                extra={"fields": {"replica": self.name, "position": stream_seq, "error": str(exc)}},
+            )
             return
         status = apply_batch(self.index, batch)
         if status == "gap":
             self.stats["resyncs"] += 1
-            log.warning("batch skips ahead; resyncing the worker", extra={"fields": {
-                "replica": self.name, "worker_id": batch.worker_id, "seq": batch.seq}})
+            log.warning(
+                "batch skips ahead; resyncing the worker",
+                extra={
+                    "fields": {"replica": self.name, "worker_id": batch.worker_id, "seq": batch.seq}
+                },
+            )
             apply_batch(self.index, replace(batch, resync=True))
         elif status == "duplicate":
             self.stats["duplicates"] += 1

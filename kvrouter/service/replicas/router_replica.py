@@ -22,11 +22,19 @@ class RouterReplica:
     `make_router(index)` builds the router; it must pass `share_bookings=True`
     (by default, a Router with the `policy` settings)."""
 
-    def __init__(self, config: NatsConfig, name: str, *, policy: PolicyConfig | None = None,
-                 block_size: int = 16, max_blocks: int | None = None,
-                 snapshot_path: str | Path | None = None,
-                 snapshot_interval_s: float = 30.0, book_interval_s: float = 2.0,
-                 make_router: Callable[[PrefixIndex], Router] | None = None) -> None:
+    def __init__(
+        self,
+        config: NatsConfig,
+        name: str,
+        *,
+        policy: PolicyConfig | None = None,
+        block_size: int = 16,
+        max_blocks: int | None = None,
+        snapshot_path: str | Path | None = None,
+        snapshot_interval_s: float = 30.0,
+        book_interval_s: float = 2.0,
+        make_router: Callable[[PrefixIndex], Router] | None = None,
+    ) -> None:
         self.config = config
         self.name = name
         self.policy = policy
@@ -37,8 +45,7 @@ class RouterReplica:
         self.book_interval_s = book_interval_s
         self.nc = None
         self.events: IndexReplica | None = None
-        self.make_router = make_router or (
-            lambda index: Router(index, policy, share_bookings=True))
+        self.make_router = make_router or (lambda index: Router(index, policy, share_bookings=True))
         self.router: Router | None = None
         self.exchange: BookingExchange | None = None
 
@@ -48,14 +55,21 @@ class RouterReplica:
 
     async def start(self) -> None:
         self.nc = await nats.connect(servers=list(self.config.servers), name=self.name)
-        self.events = IndexReplica(self.nc, self.config, self.name, block_size=self.block_size,
-                                   max_blocks=self.max_blocks, snapshot_path=self.snapshot_path,
-                                   snapshot_interval_s=self.snapshot_interval_s)
+        self.events = IndexReplica(
+            self.nc,
+            self.config,
+            self.name,
+            block_size=self.block_size,
+            max_blocks=self.max_blocks,
+            snapshot_path=self.snapshot_path,
+            snapshot_interval_s=self.snapshot_interval_s,
+        )
         await self.events.start()
         # The router reads the index the replica restored or created.
         self.router = self.make_router(self.events.index)
-        self.exchange = BookingExchange(self.router, self.nc, self.config, self.name,
-                                        book_interval_s=self.book_interval_s)
+        self.exchange = BookingExchange(
+            self.router, self.nc, self.config, self.name, book_interval_s=self.book_interval_s
+        )
         await self.exchange.start()
 
     async def stop(self, snapshot: bool = True) -> None:

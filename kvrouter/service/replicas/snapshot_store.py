@@ -27,4 +27,4 @@ def load_snapshot(path: Path) -> tuple[int, bytes] | None:
     if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + 8:
         raise ValueError(f"{path} is not a kvrouter replica snapshot")
     start = len(_MAGIC)
-    return int.from_bytes(data[start:start + 8], "big"), data[start + 8:]
+    return int.from_bytes(data[start : start + 8], "big"), data[start + 8 :]
