@@ -10,7 +10,8 @@ use the `EventPublisher` itself on its own loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from kvrouter.client.background import BackgroundLoop
 from kvrouter.client.event_stream import GrpcEventTransport
@@ -29,32 +30,15 @@ class KvEventPublisher(EventSink):
         target: str,
         worker_id: int,
         *,
-        block_size: int = 16,
-        namespace: str = "",
-        dump_cache: Callable[[EventSink], None] | None = None,
-        max_batch_events: int = 256,
-        flush_interval_s: float = 0.002,
-        replay_batches: int = 4096,
-        backoff_initial_s: float = 0.05,
-        backoff_max_s: float = 2.0,
-        max_pending_events: int = 1_000_000,
         credentials: Credentials | None = None,
+        **settings: Any,
     ) -> None:
+        """`settings` are `EventPublisher`'s keyword arguments (block_size,
+        namespace, dump_cache, batching, replay and backoff limits), with its
+        defaults."""
         self.transport = GrpcEventTransport(target, credentials)
-        self.publisher = EventPublisher(
-            self.transport,
-            worker_id,
-            block_size=block_size,
-            namespace=namespace,
-            dump_cache=dump_cache,
-            max_batch_events=max_batch_events,
-            flush_interval_s=flush_interval_s,
-            replay_batches=replay_batches,
-            backoff_initial_s=backoff_initial_s,
-            backoff_max_s=backoff_max_s,
-            max_pending_events=max_pending_events,
-        )
-        self.namespace = namespace
+        self.publisher = EventPublisher(self.transport, worker_id, **settings)
+        self.namespace = self.publisher.namespace
         self._bg: BackgroundLoop | None = None
 
     def emit(self, events: Iterable[Event]) -> None:

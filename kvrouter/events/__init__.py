@@ -10,6 +10,9 @@
 
 Conversions live at the edges: to the core's types (`core`), to and from
 protobuf (`proto`), and msgpack for NATS (`kvrouter.adapters.nats.codec`).
+
+Layer: may import `kvrouter._core` and `kvrouter.proto_gen` only
+(docs/architecture.md).
 """
 
 from kvrouter.events.model import Cleared, Event, Removed, Stored, WorkerBatch
