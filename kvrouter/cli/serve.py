@@ -8,6 +8,8 @@ import json
 import sys
 
 HELP = "run the router gRPC service (flags override KVROUTER_* env, which override --config)"
+# Only `--nats` (router replicas) needs it.
+EXTRA = "adapters"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
