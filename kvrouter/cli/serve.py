@@ -33,12 +33,18 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(effective.to_dict(), indent=2))
         return 0
-    if replica is not None:
-        from kvrouter.service.replicas import replica_server
+    from kvrouter.service.errors import StartupError
 
-        replica_server.run(replica)
-    else:
-        server.run(effective)
+    try:
+        if replica is not None:
+            from kvrouter.service.replicas import replica_server
+
+            replica_server.run(replica)
+        else:
+            server.run(effective)
+    except StartupError as e:
+        print(f"kvrouter serve: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -13,11 +13,27 @@ import grpc
 
 
 def check(config) -> None:
-    """Refuses half-configured TLS at start, not at the first connection."""
+    """Refuses half-configured TLS, or a file that cannot be read, at start,
+    not at the first connection."""
     if bool(config.tls_cert_file) != bool(config.tls_key_file):
         raise ValueError("tls_cert_file and tls_key_file must be set together")
     if config.tls_client_ca_file and not config.tls_cert_file:
         raise ValueError("tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
+    for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+        check_readable(name, getattr(config, name))
+
+
+def check_readable(setting: str, path: str) -> None:
+    """Raises ValueError naming the setting's flag unless `path` (when set)
+    is a file this process can read."""
+    if not path:
+        return
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        flag = "--" + setting.replace("_", "-")
+        raise ValueError(f"{flag} {path}: {e.strerror.lower()}") from None
 
 
 def server_credentials(config) -> grpc.ServerCredentials | None:

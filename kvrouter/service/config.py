@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvrouter.net import tls
+from kvrouter.net import auth, logs, tls
+from kvrouter.net.addresses import check_listen
 from kvrouter.policy import PolicyConfig
 from kvrouter.service.proxy_config import ProxyConfig
 
@@ -108,7 +109,14 @@ class ServiceConfig:
             )
         if self.log_format not in ("json", "text"):
             raise ValueError("log_format must be 'json' or 'text'")
+        logs.check_level(self.log_level)
+        check_listen("--listen", self.listen)
+        if self.metrics_listen:
+            check_listen("--metrics-listen", self.metrics_listen)
         tls.check(self)
+        if self.auth_tokens_file:
+            tls.check_readable("auth_tokens_file", self.auth_tokens_file)
+            auth.load_tokens(self.auth_tokens_file)
         if bool(self.worker_cert_file) != bool(self.worker_key_file):
             raise ValueError("worker_cert_file and worker_key_file must be set together")
         self.policy.validate()

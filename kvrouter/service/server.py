@@ -22,10 +22,12 @@ from grpc_reflection.v1alpha import reflection
 
 from kvrouter._core import PrefixIndex
 from kvrouter.net import auth, logs, tls
+from kvrouter.net.addresses import check_bindable
 from kvrouter.policy import Router
 from kvrouter.proto_gen import router_pb2, router_pb2_grpc
 from kvrouter.service import decision_log
 from kvrouter.service.config import ServiceConfig
+from kvrouter.service.errors import StartupError
 from kvrouter.service.events import EventIngest
 from kvrouter.service.generate import GenerationProxy, ProxyingRouterService
 from kvrouter.service.metrics import ServiceMetrics
@@ -153,15 +155,31 @@ class RouterServer:
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
-        self.port = tls.add_port(server, self.config)
+        try:
+            check_bindable("--listen", self.config.listen)
+            if self.config.metrics_listen:
+                check_bindable("--metrics-listen", self.config.metrics_listen)
+        except OSError as e:
+            raise StartupError(str(e)) from None
+        try:
+            self.port = tls.add_port(server, self.config)
+        except RuntimeError:
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"cannot listen on {self.config.listen}")
+            raise StartupError(f"--listen {self.config.listen}: cannot bind")
+        if self.config.metrics_listen:
+            try:
+                self._metrics_http, self.metrics_port = self.metrics.serve(
+                    self.config.metrics_listen
+                )
+            except OSError as e:
+                raise StartupError(
+                    f"--metrics-listen {self.config.metrics_listen}: {e.strerror.lower()}"
+                ) from None
         await server.start()
         self._server = server
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        if self.config.metrics_listen:
-            self._metrics_http, self.metrics_port = self.metrics.serve(self.config.metrics_listen)
         self._tasks.append(asyncio.create_task(self._expire_loop()))
         if decision_log.wanted(self.config.log_decisions):
             self._tasks.append(asyncio.create_task(self.routing.decision_log.run()))
@@ -229,8 +247,12 @@ class RouterServer:
 
 
 async def serve(config: ServiceConfig) -> None:
-    """Runs a router until SIGTERM or SIGINT, then drains it."""
-    server = RouterServer(config)
+    """Runs a router until SIGTERM or SIGINT, then drains it. Raises
+    StartupError when it cannot start."""
+    try:
+        server = RouterServer(config)
+    except (OSError, ValueError) as e:
+        raise StartupError(str(e)) from None
     await server.start()
     # What exists now (modules, the restored index's Python side, gRPC) lives
     # as long as the process: taking it out of the cyclic collector turns a
