@@ -10,7 +10,8 @@ Tokens come from a file (`auth_tokens_file`), one per line: `ROLE TOKEN`,
   decode worker pulling a hand-off). Acting as another worker is
   PERMISSION_DENIED; a Register without an id is given ID;
 - `router`: the Worker service (the router's proxy calling workers);
-- `admin`: everything, as any worker.
+- `metrics`: the router's `/metrics` endpoint only;
+- `admin`: everything, as any worker, and `/metrics`.
 
 A call carries `authorization: Bearer TOKEN` in its metadata. A missing or
 unknown token is UNAUTHENTICATED, a known one used outside its role
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +58,7 @@ WORKER_METHODS = BOUND_METHODS | {
 
 @dataclass(frozen=True)
 class Principal:
-    role: str  # "client", "worker", "router" or "admin"
+    role: str  # "client", "worker", "router", "metrics" or "admin"
     worker_id: int | None = None
 
     def __str__(self) -> str:
@@ -70,12 +72,14 @@ def _digest(token: str) -> bytes:
 
 
 def _principal(role: str, where: str) -> Principal:
-    if role in ("client", "router", "admin"):
+    if role in ("client", "router", "metrics", "admin"):
         return Principal(role)
     kind, sep, worker = role.partition(":")
     if kind == "worker" and sep and worker.isdigit():
         return Principal("worker", int(worker))
-    raise ValueError(f"{where}: role must be client, router, admin or worker:ID, not {role!r}")
+    raise ValueError(
+        f"{where}: role must be client, router, metrics, admin or worker:ID, not {role!r}"
+    )
 
 
 def load_tokens(path: str) -> dict[bytes, Principal]:
@@ -237,6 +241,21 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if method == PUBLISH:
             return _bound_publish(handler, principal)
         return _bound_unary(handler, principal, method)
+
+
+def scrape_authorizer(tokens_file: str) -> Callable[[str], bool]:
+    """Whether an HTTP `Authorization` header may read `/metrics`: anyone
+    when no token file is set, else a bearer token of role metrics or admin."""
+    if not tokens_file:
+        return lambda header: True
+    tokens = load_tokens(tokens_file)
+
+    def authorized(header: str) -> bool:
+        scheme, _, token = header.partition(" ")
+        principal = tokens.get(_digest(token.strip())) if scheme.lower() == "bearer" else None
+        return principal is not None and principal.role in ("metrics", "admin")
+
+    return authorized
 
 
 def interceptors(

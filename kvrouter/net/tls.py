@@ -7,6 +7,7 @@ that CA (mTLS); a client without one fails the handshake.
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 
 import grpc
@@ -34,6 +35,19 @@ def check_readable(setting: str, path: str) -> None:
     except OSError as e:
         flag = "--" + setting.replace("_", "-")
         raise ValueError(f"{flag} {path}: {e.strerror.lower()}") from None
+
+
+def server_ssl_context(config) -> ssl.SSLContext | None:
+    """The same certificate (and client CA, for mTLS) for an HTTP endpoint
+    such as `/metrics`; None when TLS is off."""
+    if not config.tls_cert_file:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
+    if config.tls_client_ca_file:
+        context.load_verify_locations(config.tls_client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def server_credentials(config) -> grpc.ServerCredentials | None:

@@ -35,8 +35,11 @@ TABLES = {"policy": "KVROUTER_POLICY_", "proxy": "KVROUTER_PROXY_"}
 class ServiceConfig:
     # gRPC listen address.
     listen: str = "0.0.0.0:50051"
-    # Prometheus /metrics listen address; empty disables the endpoint.
-    metrics_listen: str = "0.0.0.0:9464"
+    # Prometheus /metrics listen address; empty disables the endpoint. The
+    # loopback by default: set 0.0.0.0:9464 (or the pod IP) for a scraper
+    # elsewhere. With tokens on it needs a `metrics` (or `admin`) token, with
+    # TLS on it is HTTPS.
+    metrics_listen: str = "127.0.0.1:9464"
     # Tokens per KV block; every worker must use the same.
     block_size: int = 16
     # Bound on the index size (least recently used blocks go first); 0: none.

@@ -170,7 +170,9 @@ class RouterServer:
         if self.config.metrics_listen:
             try:
                 self._metrics_http, self.metrics_port = self.metrics.serve(
-                    self.config.metrics_listen
+                    self.config.metrics_listen,
+                    authorized=auth.scrape_authorizer(self.config.auth_tokens_file),
+                    ssl_context=tls.server_ssl_context(self.config),
                 )
             except OSError as e:
                 raise StartupError(
