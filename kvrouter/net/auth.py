@@ -29,6 +29,8 @@ from pathlib import Path
 
 import grpc
 
+from kvrouter.net.handlers import same_shape
+
 log = logging.getLogger("kvrouter.net.auth")
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
@@ -115,21 +117,7 @@ def _refusing(handler: grpc.RpcMethodHandler, refusal: _Refusal) -> grpc.RpcMeth
         await context.abort(refusal.code, refusal.message)
         yield  # makes this an async generator, as streaming responses need
 
-    return _same_shape(handler, streaming if handler.response_streaming else unary)
-
-
-def _same_shape(handler: grpc.RpcMethodHandler, behaviour) -> grpc.RpcMethodHandler:
-    make = {
-        (False, False): grpc.unary_unary_rpc_method_handler,
-        (False, True): grpc.unary_stream_rpc_method_handler,
-        (True, False): grpc.stream_unary_rpc_method_handler,
-        (True, True): grpc.stream_stream_rpc_method_handler,
-    }[(handler.request_streaming, handler.response_streaming)]
-    return make(
-        behaviour,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
+    return same_shape(handler, streaming if handler.response_streaming else unary)
 
 
 def _check_worker(principal: Principal, worker_id: int, method: str) -> None:
@@ -155,7 +143,7 @@ def _bound_unary(handler: grpc.RpcMethodHandler, principal: Principal, method: s
                 await context.abort(e.code, e.message)
         return await inner(request, context)
 
-    return _same_shape(handler, behaviour)
+    return same_shape(handler, behaviour)
 
 
 def _bound_publish(handler: grpc.RpcMethodHandler, principal: Principal):
@@ -182,7 +170,7 @@ def _bound_publish(handler: grpc.RpcMethodHandler, principal: Principal):
         async for reply in inner(replayed(), context):
             yield reply
 
-    return _same_shape(handler, behaviour)
+    return same_shape(handler, behaviour)
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):

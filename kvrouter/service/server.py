@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from kvrouter._core import PrefixIndex
 from kvrouter.net import auth, logs, tls
 from kvrouter.net.addresses import check_bindable
+from kvrouter.net.malformed import MalformedRequests
 from kvrouter.policy import Router
 from kvrouter.proto_gen import router_pb2, router_pb2_grpc
 from kvrouter.service import decision_log
@@ -128,11 +129,16 @@ class RouterServer:
     async def start(self) -> None:
         max_bytes = max(4 << 20, self.config.max_prompt_tokens * 5 + (1 << 20))
         server = grpc.aio.server(
-            interceptors=auth.interceptors(
-                self.config.auth_tokens_file,
-                health_open=self.config.health_open,
-                reflection_open=self.config.reflection_open,
-            ),
+            # Malformed bytes are refused before anything reads them, the
+            # token checks included.
+            interceptors=[
+                MalformedRequests(),
+                *auth.interceptors(
+                    self.config.auth_tokens_file,
+                    health_open=self.config.health_open,
+                    reflection_open=self.config.reflection_open,
+                ),
+            ],
             options=[
                 ("grpc.max_receive_message_length", max_bytes),
                 ("grpc.max_send_message_length", max_bytes),
