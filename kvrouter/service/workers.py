@@ -19,6 +19,13 @@ from kvrouter.service.errors import invalid, not_found
 
 log = logging.getLogger("kvrouter.service.workers")
 
+# What one registration may carry: every Route reply names an address, and
+# List returns every worker's metadata, so one worker's oversized fields
+# would cost every caller.
+MAX_ADDRESS_CHARS = 512
+MAX_METADATA_ENTRIES = 64
+MAX_METADATA_CHARS = 16_384
+
 
 @dataclass
 class WorkerRecord:
@@ -85,6 +92,7 @@ class WorkerTable:
             )
         if record.capacity_blocks <= 0:
             raise invalid("capacity_blocks must be positive")
+        _check_size(record)
         previous = self._workers.get(record.worker_id)
         if previous is not None:
             record.stale = previous.stale
@@ -136,3 +144,17 @@ class WorkerTable:
         for worker_id in lapsed:
             self.remove(worker_id, f"no heartbeat for {self.ttl_s:g}s")
         return lapsed
+
+
+def _check_size(record: WorkerRecord) -> None:
+    if len(record.address) > MAX_ADDRESS_CHARS:
+        raise invalid(
+            f"address is {len(record.address)} characters; the limit is {MAX_ADDRESS_CHARS}"
+        )
+    if len(record.metadata) > MAX_METADATA_ENTRIES:
+        raise invalid(
+            f"metadata has {len(record.metadata)} entries; the limit is {MAX_METADATA_ENTRIES}"
+        )
+    size = sum(len(k) + len(v) for k, v in record.metadata.items())
+    if size > MAX_METADATA_CHARS:
+        raise invalid(f"metadata is {size} characters; the limit is {MAX_METADATA_CHARS}")
