@@ -224,6 +224,7 @@ class PolicyConfig:
     local_prefill_max_tokens: int
     prefill_saturation_ms: float
     stale_after_s: float
+    unreported_grace_s: float
     approximate_ttl_s: float
     def __new__(cls, **settings: Any) -> Self: ...
     def replace(self, **settings: Any) -> PolicyConfig:
@@ -366,6 +367,9 @@ class RouteStats:
     def latency(self) -> Histogram: ...
     @property
     def overlap(self) -> Histogram: ...
+    @property
+    def retired_unreported(self) -> int:
+        """Bookings retired because their worker's report no longer counted them."""
 
 BookingChange: TypeAlias = tuple[Literal["routed", "prefill_done", "released"], str, Booking | None]
 
@@ -410,7 +414,9 @@ class Router:
         queued_prefill_tokens: int,
         active_decode_blocks: int,
         active_requests: int,
-    ) -> None: ...
+    ) -> int:
+        """Returns how many bookings the report retired: ones the worker no
+        longer counts, past `unreported_grace_s`, whose finish never came."""
     def report_prefill_timing(
         self, new_tokens: float, cached_tokens: float, duration_ms: float
     ) -> None: ...

@@ -56,8 +56,15 @@ class DecisionStats:
         )
         for code, count in stats.errors:
             errors.add_metric([code], count)
+        retired = CounterMetricFamily(
+            "kvrouter_bookings_retired",
+            "Bookings retired because their worker's load report no longer counted them "
+            "(a finished or cancelled report that never came)",
+        )
+        retired.add_metric([], stats.retired_unreported)
         yield decisions
         yield errors
+        yield retired
         yield histogram_family(
             "kvrouter_routing_latency_seconds",
             "Time to decide one request, in the router",

@@ -37,6 +37,8 @@ pub struct LoadBook {
     /// they outnumber the live ones, so the queue follows the requests in
     /// flight rather than the routing rate times `stale_after`.
     order: VecDeque<(u64, String)>,
+    /// The same per decode worker, for `retire_unreported`; swept alike.
+    decode_order: HashMap<WorkerId, VecDeque<(u64, String)>>,
     /// Peer replicas' bookings, by replica and request id. They lapse when
     /// the peer says so (a release, or a whole book without them), or when
     /// the peer is dropped for going silent.
@@ -77,7 +79,55 @@ impl LoadBook {
                 .retain(|(at, id)| bookings.get(id).is_some_and(|b| b.at_ms == *at));
         }
         self.order.push_back((booking.at_ms, request_id.clone()));
+        let queue = self.decode_order.entry(booking.decode_worker).or_default();
+        if queue.len() > 2 * self.per_worker[&booking.decode_worker].requests as usize + ORDER_SLACK
+        {
+            let bookings = &self.bookings;
+            queue.retain(|(at, id)| bookings.get(id).is_some_and(|b| b.at_ms == *at));
+        }
+        queue.push_back((booking.at_ms, request_id.clone()));
         self.bookings.insert(request_id, booking);
+    }
+
+    /// Releases this router's bookings on `worker` that its own report no
+    /// longer accounts for: of the bookings routed to it before `horizon_ms`
+    /// that it should hold by now (prefilled there, or prefill done), the
+    /// oldest beyond the `reported_requests` it says it holds. Their finish
+    /// was lost (a caller that never reported it). Returns their ids.
+    pub fn retire_unreported(
+        &mut self,
+        worker: WorkerId,
+        reported_requests: u64,
+        horizon_ms: u64,
+    ) -> Vec<String> {
+        let Some(queue) = self.decode_order.get_mut(&worker) else {
+            return Vec::new();
+        };
+        let bookings = &self.bookings;
+        let live = |at: u64, id: &String| {
+            bookings
+                .get(id)
+                .is_some_and(|b| b.at_ms == at && b.decode_worker == worker)
+        };
+        while queue.front().is_some_and(|(at, id)| !live(*at, id)) {
+            queue.pop_front();
+        }
+        let due: Vec<String> = queue
+            .iter()
+            .take_while(|(at, _)| *at < horizon_ms)
+            .filter(|(at, id)| live(*at, id))
+            .filter(|(_, id)| {
+                let b = &bookings[id];
+                !b.prefill_open || b.prefill_worker == b.decode_worker
+            })
+            .map(|(_, id)| id.clone())
+            .collect();
+        let excess = due.len().saturating_sub(reported_requests as usize);
+        let retired: Vec<String> = due.into_iter().take(excess).collect();
+        for id in &retired {
+            self.release(id);
+        }
+        retired
     }
 
     /// The prefill finished: its tokens no longer queue on the prefill worker.
@@ -200,6 +250,7 @@ impl LoadBook {
             self.release(id);
         }
         let per_worker = &mut self.per_worker;
+        self.decode_order.remove(&worker);
         for book in self.remote.values_mut() {
             book.retain(|_, b| {
                 let keep = b.prefill_worker != worker && b.decode_worker != worker;
@@ -317,6 +368,37 @@ mod tests {
         );
         assert_eq!(book.expire(1), 1, "the live booking still expires");
         assert!(book.is_empty());
+    }
+
+    #[test]
+    fn bookings_the_worker_no_longer_reports_are_retired_oldest_first() {
+        let mut book = LoadBook::default();
+        // Charged in routing order, as the router does.
+        book.charge("old".into(), booking(1, 1, 0));
+        book.charge("older-done".into(), booking(1, 1, 5));
+        book.charge("split".into(), booking(2, 1, 6));
+        book.charge("recent".into(), booking(1, 1, 100));
+        book.release("older-done");
+        // Routed before 50: "old" (due) and "split" (its prefill still open).
+        assert_eq!(
+            book.retire_unreported(WorkerId(1), 1, 50),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            book.retire_unreported(WorkerId(1), 0, 50),
+            vec!["old".to_string()]
+        );
+        book.prefill_done("split");
+        assert_eq!(
+            book.retire_unreported(WorkerId(1), 0, 50),
+            vec!["split".to_string()]
+        );
+        assert!(book.contains("recent"));
+        assert_eq!(book.booked(WorkerId(1)).requests, 1);
+        assert_eq!(
+            book.retire_unreported(WorkerId(9), 0, 50),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

@@ -66,6 +66,10 @@ pub struct PolicyConfig {
     pub prefill_saturation_ms: f64,
     /// A routed request with no finish report for this long stops counting.
     pub stale_after_ms: u64,
+    /// A booking its worker's load report has not counted for this long
+    /// after it was routed (and should have reached the worker) stops
+    /// counting at that report: its finish was lost. 0 disables.
+    pub unreported_grace_ms: u64,
     /// Scales `Cost::congestion_ms`; 0 prices each request's own TTFT only.
     pub congestion_weight: f64,
     /// When the prefilling worker last reported a backlog, the routed prompt
@@ -92,6 +96,7 @@ impl Default for PolicyConfig {
             local_prefill_max_tokens: 16_384,
             prefill_saturation_ms: 1000.0,
             stale_after_ms: 600_000,
+            unreported_grace_ms: 30_000,
             congestion_weight: 1.0,
             approximate_ttl_ms: 30_000,
         }

@@ -166,6 +166,25 @@ impl Policy {
             .unwrap_or(self.config.coefficients)
     }
 
+    /// Takes a worker's load report and retires the bookings it no longer
+    /// accounts for (see `LoadBook::retire_unreported`); returns their ids.
+    pub fn report_load(
+        &mut self,
+        worker: WorkerId,
+        load: Load,
+        now_ms: u64,
+    ) -> Result<Vec<String>, RouteError> {
+        self.pool.report_load(worker, load)?;
+        if self.config.unreported_grace_ms == 0 {
+            return Ok(Vec::new());
+        }
+        let horizon = now_ms.saturating_sub(self.config.unreported_grace_ms);
+        Ok(self
+            .pool
+            .book
+            .retire_unreported(worker, load.active_requests, horizon))
+    }
+
     /// Picks the prefill and decode workers and books the request on them.
     /// `overlaps` are the index's matches for the request's blocks.
     pub fn route(

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 /// Every setting with its Python type, for config files and flags.
-const FIELDS: [(&str, &str); 20] = [
+const FIELDS: [(&str, &str); 21] = [
     ("policy", "str"),
     ("prefill_base_ms", "float"),
     ("prefill_ms_per_token", "float"),
@@ -28,6 +28,7 @@ const FIELDS: [(&str, &str); 20] = [
     ("local_prefill_max_tokens", "int"),
     ("prefill_saturation_ms", "float"),
     ("stale_after_s", "float"),
+    ("unreported_grace_s", "float"),
     ("approximate_ttl_s", "float"),
 ];
 
@@ -75,6 +76,8 @@ pub struct PyPolicyConfig {
     #[pyo3(get, set)]
     stale_after_s: f64,
     #[pyo3(get, set)]
+    unreported_grace_s: f64,
+    #[pyo3(get, set)]
     approximate_ttl_s: f64,
 }
 
@@ -101,6 +104,7 @@ impl From<&PolicyConfig> for PyPolicyConfig {
             local_prefill_max_tokens: c.local_prefill_max_tokens,
             prefill_saturation_ms: c.prefill_saturation_ms,
             stale_after_s: c.stale_after_ms as f64 / 1000.0,
+            unreported_grace_s: c.unreported_grace_ms as f64 / 1000.0,
             approximate_ttl_s: c.approximate_ttl_ms as f64 / 1000.0,
         }
     }
@@ -141,6 +145,7 @@ impl PyPolicyConfig {
             local_prefill_max_tokens: self.local_prefill_max_tokens,
             prefill_saturation_ms: self.prefill_saturation_ms,
             stale_after_ms: seconds_to_ms("stale_after_s", self.stale_after_s)?,
+            unreported_grace_ms: seconds_to_ms("unreported_grace_s", self.unreported_grace_s)?,
             congestion_weight: self.congestion_weight,
             approximate_ttl_ms: seconds_to_ms("approximate_ttl_s", self.approximate_ttl_s)?,
         };

@@ -74,6 +74,8 @@ pub struct PyRouteStats {
     latency: PyHistogram,
     /// Cached share of the prompt's blocks on the decode worker.
     overlap: PyHistogram,
+    /// Bookings retired because their worker's report no longer counted them.
+    retired_unreported: u64,
 }
 
 #[pyclass(name = "Router", module = "kvrouter._core", frozen)]
@@ -248,20 +250,26 @@ impl PyRouter {
         self.worker_call(|pool| pool.set_healthy(WorkerId(worker_id), healthy))
     }
 
+    /// The worker's own load; returns how many bookings it retired (ones
+    /// the worker no longer counts, whose finish report never came).
     fn report_load(
         &self,
+        py: Python<'_>,
         worker_id: u64,
         queued_prefill_tokens: u64,
         active_decode_blocks: u64,
         active_requests: u64,
-    ) -> PyResult<()> {
+    ) -> PyResult<usize> {
         let load = Load {
             queued_prefill_tokens,
             active_decode_blocks,
             active_requests,
             capacity_blocks: 0,
         };
-        self.worker_call(|pool| pool.report_load(WorkerId(worker_id), load))
+        let now_ms = self.now_ms(py)?;
+        self.router
+            .report_load(WorkerId(worker_id), load, now_ms)
+            .map_err(to_pyerr)
     }
 
     // -- calibration: timings the workers measured
@@ -425,6 +433,7 @@ impl PyRouter {
             errors,
             latency: PyHistogram::from(&stats.latency),
             overlap: PyHistogram::from(&stats.overlap),
+            retired_unreported: stats.retired_unreported,
         }
     }
 

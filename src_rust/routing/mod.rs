@@ -334,7 +334,27 @@ impl Router {
         released
     }
 
-    /// Runs `f` on the pool: the registry, load reports and peers' bookings.
+    /// Takes a worker's load report; the bookings it no longer accounts for
+    /// are retired, counted and shared as released. Returns how many.
+    pub fn report_load(
+        &self,
+        worker: WorkerId,
+        load: Load,
+        now_ms: u64,
+    ) -> Result<usize, RouteError> {
+        let retired = self.policy.lock().report_load(worker, load, now_ms)?;
+        if !retired.is_empty() {
+            self.stats.lock().retired_unreported += retired.len() as u64;
+            for request_id in &retired {
+                self.note(|| BookingChange::Released {
+                    request_id: request_id.clone(),
+                });
+            }
+        }
+        Ok(retired.len())
+    }
+
+    /// Runs `f` on the pool: the registry and peers' bookings.
     pub fn with_pool<R>(&self, f: impl FnOnce(&mut Pool) -> R) -> R {
         f(&mut self.policy.lock().pool)
     }

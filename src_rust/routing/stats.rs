@@ -63,6 +63,8 @@ pub struct RouteStats {
     pub latency: Histogram,
     /// Cached share of the prompt's blocks on the decode worker.
     pub overlap: Histogram,
+    /// Bookings retired because their worker's report no longer counted them.
+    pub retired_unreported: u64,
 }
 
 impl RouteStats {
@@ -72,6 +74,7 @@ impl RouteStats {
             errors: HashMap::new(),
             latency: Histogram::new(latency_bounds),
             overlap: Histogram::new(overlap_bounds),
+            retired_unreported: 0,
         }
     }
 }

@@ -297,3 +297,41 @@ fn a_bad_setting_is_refused_by_name() {
         .unwrap();
     assert!(error.contains("calibration_alpha"), "{error}");
 }
+
+#[test]
+fn a_forgotten_finish_is_retired_at_the_workers_next_report() {
+    let index = empty_index();
+    let r = router(PolicyConfig::default(), logged());
+    let grace = PolicyConfig::default().unreported_grace_ms;
+    let first = r
+        .route(&index, "forgotten", prompt(&tokens(64)), 0)
+        .unwrap();
+    let worker = first.decision.decode_worker;
+    r.take_booking_changes();
+    let idle = Load::default();
+    assert_eq!(
+        r.report_load(worker, idle, grace - 1).unwrap(),
+        0,
+        "within the grace"
+    );
+    assert_eq!(r.report_load(worker, idle, grace + 1).unwrap(), 1);
+    assert_eq!(r.booked(), 0);
+    assert_eq!(r.stats().retired_unreported, 1);
+    assert_eq!(
+        r.take_booking_changes(),
+        [BookingChange::Released {
+            request_id: "forgotten".into()
+        }]
+    );
+    let busy = Load {
+        active_requests: 1,
+        ..Load::default()
+    };
+    r.route(&index, "counted", prompt(&tokens(64)), 0).unwrap();
+    let holder = r.with_pool(|pool| pool.book().own().next().unwrap().1.decode_worker);
+    assert_eq!(
+        r.report_load(holder, busy, 10 * grace).unwrap(),
+        0,
+        "the worker holds it"
+    );
+}
