@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
-# Above 0 (greedy) and below this, logits / temperature overflow to inf and
-# the softmax turns to NaN (vLLM uses the same floor).
+# Above 0 (greedy) and below this, logits / temperature can overflow to inf
+# and the softmax turn to NaN (vLLM raises smaller temperatures to this).
 MIN_TEMPERATURE = 1e-2
 
 
