@@ -21,19 +21,32 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "_core": frozenset(),
     "proto_gen": frozenset(),
     "roles": frozenset(),
+    "sampling_rules": frozenset(),
     "net": frozenset({"proto_gen"}),
     "events": frozenset({"_core", "proto_gen"}),
-    "engine": frozenset({"_core", "events"}),
+    "engine": frozenset({"_core", "events", "sampling_rules"}),
     "policy": frozenset({"_core"}),
     "replay": frozenset({"_core", "policy"}),
     "client": frozenset({"_core", "events", "net", "proto_gen"}),
     "adapters": frozenset({"_core", "client", "events", "net", "proto_gen"}),
-    "service": frozenset({"_core", "events", "net", "policy", "proto_gen", "roles"}),
+    "service": frozenset(
+        {"_core", "events", "net", "policy", "proto_gen", "roles", "sampling_rules"}
+    ),
     "service.replicas": frozenset(
         {"_core", "adapters", "events", "net", "policy", "proto_gen", "roles", "service"}
     ),
     "worker": frozenset(
-        {"_core", "adapters", "client", "engine", "events", "net", "proto_gen", "roles"}
+        {
+            "_core",
+            "adapters",
+            "client",
+            "engine",
+            "events",
+            "net",
+            "proto_gen",
+            "roles",
+            "sampling_rules",
+        }
     ),
     "demo": frozenset({"_core", "client", "engine"}),
 }

@@ -7,8 +7,8 @@ It reports cache changes to a `kvrouter.events.EventSink`. `KvEventSink`
 and `DEVICE_TIER` are the former names of `EventSink` and `Tier.DEVICE`,
 kept for one release.
 
-Layer: may import `kvrouter._core` and `kvrouter.events` only
-(docs/architecture.md).
+Layer: may import `kvrouter._core`, `kvrouter.events` and
+`kvrouter.sampling_rules` only (docs/architecture.md).
 """
 
 from kvrouter.engine.config import EngineConfig, ModelConfig

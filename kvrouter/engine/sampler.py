@@ -1,20 +1,41 @@
-"""Next-token choice: greedy, or temperature with top-k/top-p."""
+"""Next-token choice: greedy, or temperature with top-k/top-p.
+
+A row that cannot be sampled (its logits are not finite, or drawing fails)
+gets NO_TOKEN and its sequence records why: that sequence fails alone, and
+the rest of the batch goes on. Non-finite values never reach
+torch.multinomial, which on CUDA would assert and break the device for
+every request."""
 
 from __future__ import annotations
+
+import logging
 
 import torch
 
 from kvrouter.engine.sequence import Sequence
 
+log = logging.getLogger("kvrouter.engine.sampler")
+
+NO_TOKEN = -1
+
 
 def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
-    """One token per row of `logits` [rows, vocab] (fp32), for the matching sequence."""
+    """One token per row of `logits` [rows, vocab] (fp32), for the matching
+    sequence, or NO_TOKEN for a row that cannot be sampled."""
     if not seqs:
         return []
-    tokens = logits.argmax(dim=-1).tolist()
+    finite = torch.isfinite(logits).all(dim=-1)
+    tokens = torch.where(finite, logits.argmax(dim=-1), NO_TOKEN).tolist()
     for row, seq in enumerate(seqs):
-        if not seq.params.greedy:
-            tokens[row] = _sample_row(logits[row], seq)
+        if tokens[row] == NO_TOKEN:
+            seq.failure = "the model's logits for this request are not finite"
+        elif not seq.params.greedy:
+            try:
+                tokens[row] = _sample_row(logits[row], seq)
+            except Exception as e:
+                log.exception("sampling failed", extra={"fields": {"request_id": seq.request_id}})
+                seq.failure = f"sampling failed: {e}"
+                tokens[row] = NO_TOKEN
     return tokens
 
 
@@ -27,7 +48,10 @@ def _sample_row(logits: torch.Tensor, seq: Sequence) -> int:
             seq.generator.seed()
         else:
             seq.generator.manual_seed(params.seed)
-    probs = torch.softmax(logits / params.temperature, dim=-1)
+    scaled = logits / params.temperature
+    if not bool(torch.isfinite(scaled).all()):
+        raise ValueError(f"logits / temperature {params.temperature} overflow")
+    probs = torch.softmax(scaled, dim=-1)
     sorted_probs, order = probs.sort(descending=True)
     keep = torch.ones_like(sorted_probs, dtype=torch.bool)
     if params.top_k:

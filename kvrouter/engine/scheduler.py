@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from kvrouter.engine.block_manager import BlockManager
+from kvrouter.engine.sampler import NO_TOKEN
 from kvrouter.engine.sequence import Sequence, SequenceStatus
 
 
@@ -132,7 +133,8 @@ class Scheduler:
 
     def postprocess(self, batch: list[ScheduledSequence], sampled: list[int]) -> list[Sequence]:
         """Records a step's progress; `sampled` holds one token per sampling
-        entry of `batch`, in order. Returns the sequences that finished."""
+        entry of `batch`, in order (NO_TOKEN ends that sequence alone, with
+        reason "error"). Returns the sequences that finished."""
         now = time.monotonic()
         tokens = iter(sampled)
         finished = []
@@ -144,17 +146,24 @@ class Scheduler:
             if not samples:
                 continue
             token = next(tokens)
+            if token == NO_TOKEN:
+                self._end(seq, "error")
+                finished.append(seq)
+                continue
             seq.token_ids.append(token)
             if seq.timings.first_token is None:
                 seq.timings.first_token = now
             seq.timings.token_times.append(now)
             reason = self._stop_reason(seq, token)
             if reason is not None:
-                self.running.remove(seq)
-                self.block_manager.free(seq)
-                self._finish(seq, reason)
+                self._end(seq, reason)
                 finished.append(seq)
         return finished
+
+    def _end(self, seq: Sequence, reason: str) -> None:
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        self._finish(seq, reason)
 
     def _stop_reason(self, seq: Sequence, token: int) -> str | None:
         params = seq.params

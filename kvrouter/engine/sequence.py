@@ -75,6 +75,8 @@ class Sequence:
         self.num_cached_on_arrival = 0
         self.num_preemptions = 0
         self.finish_reason: str | None = None
+        # Why this sequence alone failed (finish reason "error"), e.g. its sampling.
+        self.failure: str | None = None
         self.timings = RequestTimings()
         self.generator: torch.Generator | None = None
 

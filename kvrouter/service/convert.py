@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from kvrouter._core import check_namespace as core_check_namespace
 from kvrouter._core import prompt_length
+from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import router_pb2 as pb
+from kvrouter.sampling_rules import check_sampling as check_sampling_values
+from kvrouter.sampling_rules import wire_top_p
 from kvrouter.service.errors import invalid
 
 ROLE_NAMES = {pb.ROLE_PREFILL: "prefill", pb.ROLE_DECODE: "decode", pb.ROLE_BOTH: "both"}
@@ -28,5 +31,15 @@ def check_namespace(namespace: str, max_chars: int) -> None:
     """The rule the routing path applies in the core."""
     try:
         core_check_namespace(namespace, max_chars)
+    except ValueError as e:
+        raise invalid(str(e)) from None
+
+
+def check_sampling(sampling: gen.SamplingParams) -> None:
+    """The rule the worker and its engine apply, before anything is routed."""
+    try:
+        check_sampling_values(
+            sampling.max_tokens, sampling.temperature, wire_top_p(sampling.top_p), sampling.top_k
+        )
     except ValueError as e:
         raise invalid(str(e)) from None

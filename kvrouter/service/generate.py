@@ -22,7 +22,7 @@ from kvrouter.net.credentials import Credentials
 from kvrouter.policy import NoWorkerAvailable, Router
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.service.config import ServiceConfig
-from kvrouter.service.convert import check_namespace, prompt_tokens
+from kvrouter.service.convert import check_namespace, check_sampling, prompt_tokens
 from kvrouter.service.errors import ServiceError, invalid
 from kvrouter.service.proxied_request import ProxiedRequest
 from kvrouter.service.proxy_config import ProxyConfig
@@ -63,10 +63,7 @@ class GenerationProxy:
     def _validate(self, request: gen.GenerateRequest) -> tuple[object, str]:
         prompt = prompt_tokens(request, self.config.max_prompt_tokens)
         check_namespace(request.namespace, self.config.max_namespace_chars)
-        if request.sampling.max_tokens < 1:
-            raise invalid("sampling.max_tokens must be at least 1")
-        if request.sampling.temperature < 0:
-            raise invalid("sampling.temperature must be >= 0")
+        check_sampling(request.sampling)
         request_id = request.request_id or f"{self._id_prefix}-g{next(self._ids)}"
         if len(request_id) > MAX_REQUEST_ID_CHARS:
             raise invalid(f"request_id is longer than {MAX_REQUEST_ID_CHARS} characters")

@@ -13,6 +13,11 @@ hanging:
 - D fails after tokens were sent: another decode worker continues from the
   prompt plus the tokens so far (greedy output is unchanged).
 
+A failure the request caused (INVALID_ARGUMENT, FAILED_PRECONDITION: e.g.
+its sampling failed on the worker) ends it without trying another worker,
+and a worker that failed the same request twice is not sent it again
+(service/breaker.py).
+
 Every worker call carries the request's deadline and every stream an idle
 timeout, and P's lease is released on every path (or lapses by its TTL).
 """
@@ -28,6 +33,7 @@ import grpc
 
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import worker_pb2 as wpb
+from kvrouter.service.breaker import fingerprint
 from kvrouter.service.proxy_context import ProxyContext
 from kvrouter.service.worker_calls import (
     Deadline,
@@ -63,6 +69,7 @@ class ProxiedRequest:
         self.generated: list[int] = []
         self.retries = 0
         self.failed: set[int] = set()
+        self._fingerprint: bytes | None = None
         self.prefill_worker: int | None = None
         self.decode_worker = decision.decode_worker
         # (worker id, address) of a prefill worker holding pinned blocks for us.
@@ -172,9 +179,11 @@ class ProxiedRequest:
             )
         for target in self._workers(self.decision.decode_worker, candidates, 1):
             return target
+        refused = sorted(self._tripped())
+        detail = f"; not sent to {refused}, which failed this request before" if refused else ""
         raise RequestFailed(
             grpc.StatusCode.UNAVAILABLE,
-            f"no healthy decode worker is left (failed: {sorted(self.failed)})",
+            f"no healthy decode worker is left (failed: {sorted(self.failed)}{detail})",
         )
 
     async def _decode_on(self, worker_id, address, handoff) -> AsyncIterator[gen.GenerateResponse]:
@@ -249,13 +258,25 @@ class ProxiedRequest:
         ranked = sorted(candidates, key=lambda c: c.cost_ms)
         order = [first] if first is not None else []
         order += [c.worker_id for c in ranked if c.worker_id != first]
-        usable = [w for w in order if w not in self.failed and self.ctx.address(w)]
+        skip = self.failed | self._tripped()
+        usable = [w for w in order if w not in skip and self.ctx.address(w)]
         usable.sort(key=self.ctx.cooling_down)
         for worker_id in usable[:limit]:
             yield worker_id, self.ctx.address(worker_id)
 
+    def _request_fingerprint(self) -> bytes:
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self.request, self.prompt)
+        return self._fingerprint
+
+    def _tripped(self) -> frozenset[int]:
+        if not self.ctx.breaker:
+            return frozenset()  # nothing failed lately: no need to hash the prompt
+        return self.ctx.breaker.tripped(self._request_fingerprint())
+
     def _failed(self, f: WorkerFailure, stage: str) -> None:
         self.failed.add(f.worker_id)
+        self.ctx.breaker.record(self._request_fingerprint(), f.worker_id)
         self.retries += 1
         self.ctx.cool_down(f.worker_id)
         log.warning(

@@ -32,6 +32,11 @@ class ProxyConfig:
     max_decode_attempts: int = 3
     # A worker that failed a call is tried last for this long.
     failure_cooldown_s: float = 5.0
+    # A worker that failed the same request (same namespace, sampling and
+    # prompt) this many times is not sent it again (service/breaker.py) ...
+    breaker_trip_after: int = 2
+    # ... remembered for this many requests, the most recently failed.
+    breaker_max_requests: int = 10_000
     release_timeout_s: float = 2.0
 
     def validate(self) -> None:

@@ -1,5 +1,6 @@
 """What every proxied request shares: channels to the workers, the worker
-table, the policy, recent worker failures and fire-and-forget releases."""
+table, the policy, recent worker failures (and those per request: the
+breaker) and fire-and-forget releases."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kvrouter.net.credentials import Credentials
 from kvrouter.net.worker_channels import WorkerChannels
 from kvrouter.policy import Router
 from kvrouter.proto_gen import worker_pb2 as wpb
+from kvrouter.service.breaker import RequestBreaker
 from kvrouter.service.proxy_config import ProxyConfig
 from kvrouter.service.workers import WorkerTable
 
@@ -28,6 +30,7 @@ class ProxyContext:
         self.config = config
         self.channels = WorkerChannels(credentials)
         self._cooldown: dict[int, float] = {}
+        self.breaker = RequestBreaker(config.breaker_trip_after, config.breaker_max_requests)
         self._background: set[asyncio.Task] = set()
 
     def address(self, worker_id: int) -> str:

@@ -9,6 +9,7 @@ from kvrouter.engine import KvLayout, SamplingParams
 from kvrouter.engine.sequence import RequestTimings
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import worker_pb2 as wpb
+from kvrouter.sampling_rules import wire_top_p
 
 FINISH_REASONS = {
     "stop": gen.FINISH_REASON_STOP,
@@ -32,13 +33,11 @@ def prompt_tokens(request: gen.GenerateRequest) -> list[int]:
     return tokens
 
 
-def sampling_params(sampling: gen.SamplingParams, max_tokens: int | None = None) -> SamplingParams:
-    if sampling.max_tokens < 1:
-        raise ValueError("sampling.max_tokens must be at least 1")
+def sampling_params(sampling: gen.SamplingParams) -> SamplingParams:
     return SamplingParams(
-        max_tokens=sampling.max_tokens if max_tokens is None else max_tokens,
+        max_tokens=sampling.max_tokens,
         temperature=sampling.temperature,
-        top_p=sampling.top_p if 0 < sampling.top_p <= 1 else 1.0,
+        top_p=wire_top_p(sampling.top_p),
         top_k=sampling.top_k,
         seed=sampling.seed if sampling.HasField("seed") else None,
         ignore_eos=sampling.ignore_eos,

@@ -29,7 +29,8 @@ FinishHook = Callable[[LLMEngine, Sequence], None]
 
 @dataclass
 class RequestHandle:
-    # RequestOutputs as they come (an EngineFailure instead when the engine breaks).
+    # RequestOutputs as they come (an EngineFailure instead when the engine
+    # breaks, a SequenceFailed when this request alone fails).
     outputs: asyncio.Queue
     # The engine's record of the request; read it only once the request has ended.
     seq: Sequence
@@ -41,6 +42,11 @@ class RequestHandle:
 
 class EngineFailure(RuntimeError):
     """The engine raised while stepping; the requests in flight are aborted."""
+
+
+class SequenceFailed(RuntimeError):
+    """This request alone failed in the engine (e.g. its sampling); the
+    others in the batch go on."""
 
 
 class EngineLoop:
@@ -156,14 +162,22 @@ class EngineLoop:
         request = self._requests.get(output.request_id)
         if request is None:
             return
+        failed = output.finish_reason == "error"
         if output.finished:
             del self._requests[output.request_id]
             if request.on_scheduled is not None:
                 _run_hook(request.on_scheduled, self.engine)
                 request.on_scheduled = None
-            if request.on_finish is not None:
+            if request.on_finish is not None and not failed:
                 _run_hook(request.on_finish, self.engine, request.seq)
-        self._send(request.outputs, output)
+        if failed:
+            log.warning(
+                "request failed alone",
+                extra={"fields": {"request_id": output.request_id, "error": request.seq.failure}},
+            )
+            self._send(request.outputs, SequenceFailed(request.seq.failure))
+        else:
+            self._send(request.outputs, output)
 
     def _run_scheduled_hooks(self) -> None:
         for request in self._requests.values():

@@ -14,7 +14,7 @@ from kvrouter.engine import SamplingParams
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.worker.config import WorkerConfig
 from kvrouter.worker.convert import FINISH_REASONS, prompt_tokens, request_stats, sampling_params
-from kvrouter.worker.engine_loop import EngineFailure, EngineLoop, RequestHandle
+from kvrouter.worker.engine_loop import EngineFailure, EngineLoop, RequestHandle, SequenceFailed
 
 
 @dataclasses.dataclass
@@ -29,6 +29,9 @@ class Identity:
 async def abort_for(context, error: Exception, what: str) -> None:
     if isinstance(error, EngineFailure):
         code = grpc.StatusCode.INTERNAL
+    elif isinstance(error, SequenceFailed):
+        # Caused by this request: the router does not retry it elsewhere.
+        code = grpc.StatusCode.FAILED_PRECONDITION
     elif isinstance(error, ValueError):
         code = grpc.StatusCode.INVALID_ARGUMENT
     elif isinstance(error, LookupError):

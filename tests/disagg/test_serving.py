@@ -1,7 +1,8 @@
 """Proxied generation through the router over real processes: split output
 equals aggregated output, later turns follow their prefix, the decode worker
-prefills locally when it already holds almost the whole prompt, and
-cancelled or late requests leave nothing behind."""
+prefills locally when it already holds almost the whole prompt, bad
+sampling settings are refused before routing, and cancelled or late
+requests leave nothing behind."""
 
 from __future__ import annotations
 
@@ -107,6 +108,49 @@ def test_bad_input_is_refused(settled):
         generate(settled.target, [1, 2, 3], 0)
     with pytest.raises(InvalidArgument, match=r"\[0, 256\)"):
         generate(settled.target, [1, 2, 100_000], 4)
+
+
+# Each is refused before routing; on a worker, each once failed every
+# request in its batch and was retried on every other worker.
+BAD_SAMPLING = [
+    ({"temperature": float("nan")}, "sampling.temperature"),
+    ({"temperature": float("inf")}, "sampling.temperature"),
+    ({"temperature": -1.0}, "sampling.temperature"),
+    ({"temperature": 1e-45}, "sampling.temperature"),
+    ({"temperature": 0.001}, "sampling.temperature"),
+    ({"temperature": 1.0, "top_p": float("nan")}, "sampling.top_p"),
+    ({"temperature": 1.0, "top_p": 1.5}, "sampling.top_p"),
+    ({"temperature": 1.0, "top_p": -0.5}, "sampling.top_p"),
+]
+
+
+def test_bad_sampling_is_refused_while_other_streams_run(settled, reference):
+    healthy = [prompt(300 + i, 40 + 60 * i) for i in range(6)]
+
+    async def run():
+        async with GenerateClient(settled.target, timeout=60.0) as client:
+            streams = [client.stream(p, max_tokens=24, ignore_eos=True) for p in healthy]
+            firsts = [await anext(s) for s in streams]
+
+            async def refused(sampling: dict) -> Exception:
+                try:
+                    await client.generate(prompt(7, 150), max_tokens=8, **sampling)
+                except InvalidArgument as e:
+                    return e
+                raise AssertionError(f"{sampling} was accepted")
+
+            errors = await asyncio.gather(*(refused(s) for s, _ in BAD_SAMPLING))
+
+            async def rest(first, stream) -> list[int]:
+                return [*first.token_ids, *[t async for c in stream for t in c.token_ids]]
+
+            return errors, await asyncio.gather(*map(rest, firsts, streams))
+
+    errors, outputs = asyncio.run(run())
+    for error, (_, field) in zip(errors, BAD_SAMPLING, strict=True):
+        assert field in str(error)
+    for tokens, out in zip(healthy, outputs, strict=True):
+        assert out == reference(tokens, 24)
 
 
 def test_concurrent_requests_all_match_the_reference(settled, reference):

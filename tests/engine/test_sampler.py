@@ -1,10 +1,12 @@
-"""Sampling keeps exactly the tokens top-k and top-p allow."""
+"""Sampling keeps exactly the tokens top-k and top-p allow; a row that
+cannot be sampled fails its sequence alone; bad settings are refused."""
 
 import math
 
+import pytest
 import torch
 
-from kvrouter.engine.sampler import sample
+from kvrouter.engine.sampler import NO_TOKEN, sample
 from kvrouter.engine.sampling_params import SamplingParams
 from kvrouter.engine.sequence import Sequence
 
@@ -41,3 +43,29 @@ def test_same_seed_same_draws():
     assert [sample(LOGITS, [first])[0] for _ in range(20)] == [
         sample(LOGITS, [second])[0] for _ in range(20)
     ]
+
+
+def test_a_row_with_non_finite_logits_fails_alone():
+    logits = torch.cat([LOGITS, torch.full_like(LOGITS, float("nan")), LOGITS])
+    logits[2, 0] = float("inf")
+    seqs = [Sequence(name, [1], SamplingParams(temperature=1.0, seed=0)) for name in "abc"]
+    tokens = sample(logits, seqs)
+    assert tokens[1:] == [NO_TOKEN, NO_TOKEN] and tokens[0] != NO_TOKEN
+    assert seqs[0].failure is None and "not finite" in seqs[1].failure
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("temperature", float("nan")),
+        ("temperature", 1e-45),
+        ("temperature", -0.5),
+        ("top_p", 0.0),
+        ("top_p", float("nan")),
+        ("top_k", -1),
+        ("max_tokens", 0),
+    ],
+)
+def test_bad_settings_are_refused(field, value):
+    with pytest.raises(ValueError, match=f"sampling.{field}"):
+        SamplingParams(**{field: value})
