@@ -21,6 +21,11 @@ from .conftest import start_cluster
 from .helpers import BLOCK, generate, overlap, prompt
 
 ROUTER_ENV = {
+    # Every 300-token prompt is split, however slow this machine is: the
+    # tests set up the failures of a split, so the policy must not calibrate
+    # itself into prefilling locally ("prefill pool saturated").
+    "KVROUTER_POLICY_CALIBRATE": "false",
+    "KVROUTER_POLICY_PREFILL_SATURATION_MS": "1e9",
     "KVROUTER_PROXY_PREFILL_TIMEOUT_S": "3",
     "KVROUTER_PROXY_HANDOFF_TIMEOUT_S": "3",
     "KVROUTER_PROXY_TOKEN_TIMEOUT_S": "3",
@@ -135,7 +140,12 @@ def test_decode_worker_killed_mid_stream_is_continued(settled, reference):
 
 def test_prefill_worker_killed_during_handoff(settled, reference):
     tokens = prompt(70, 300)
-    out = _kill_after_first_chunks(settled, tokens, 40, 1, lambda c: c.prefill_worker)
+
+    def split_prefill_worker(chunk) -> int:
+        assert chunk.prefill_worker is not None, "the request was not split"
+        return chunk.prefill_worker
+
+    out = _kill_after_first_chunks(settled, tokens, 40, 1, split_prefill_worker)
     assert out == reference(tokens, 40)
 
 
