@@ -48,6 +48,10 @@ class ServiceConfig:
     max_prompt_tokens: int = 262_144
     # Longest accepted hashing namespace, in characters.
     max_namespace_chars: int = 256
+    # Open RouteStream calls at once; one more is RESOURCE_EXHAUSTED. A
+    # gateway needs one stream per connection, not one per request, and each
+    # open stream holds about 20 KB.
+    max_route_streams: int = 1024
     # What workers are told to use, and how long a silent worker is kept.
     heartbeat_interval_s: float = 1.0
     heartbeat_ttl_s: float = 5.0
@@ -98,6 +102,8 @@ class ServiceConfig:
             raise ValueError("block_size must be positive")
         if self.max_index_blocks < 0:
             raise ValueError("max_index_blocks must be >= 0")
+        if self.max_route_streams <= 0:
+            raise ValueError("max_route_streams must be positive")
         if self.max_prompt_tokens <= 0:
             raise ValueError("max_prompt_tokens must be positive")
         if not 0 < self.heartbeat_interval_s < self.heartbeat_ttl_s:

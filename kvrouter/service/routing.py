@@ -116,6 +116,12 @@ class RouterService(router_pb2_grpc.RouterServicer):
         return response
 
     async def RouteStream(self, request_iterator, context):
+        if len(self._streams) >= self.config.max_route_streams:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{len(self._streams)} RouteStream calls are open, the most this router takes "
+                "(max_route_streams); send many requests on one stream",
+            )
         task = asyncio.current_task()
         self._streams.add(task)
         try:
