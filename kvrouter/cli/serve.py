@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvrouter.service import config, server
+    from kvrouter.service import config, server, snapshot_file
 
     try:
         effective = config.load(args)
@@ -31,12 +31,15 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(effective.to_dict(), indent=2))
         return 0
-    if replica is not None:
+    try:
+        if replica is None:
+            return server.run(effective)
         from kvrouter.service.replicas import replica_server
 
         replica_server.run(replica)
-    else:
-        server.run(effective)
+    except snapshot_file.SnapshotError as e:
+        print(f"kvrouter serve: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
