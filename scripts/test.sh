@@ -21,6 +21,9 @@ bash scripts/check_stubs.sh
 cargo fmt --check
 PYO3_PYTHON=.venv/bin/python cargo clippy -q --all-targets --features python -- -D warnings
 
+echo "== install without extras"
+bash scripts/check_bare_install.sh
+
 echo "== cargo test"
 cargo test -q
 

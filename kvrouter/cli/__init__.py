@@ -1,6 +1,7 @@
 """The `kvrouter` command. Each subcommand is one module in this package:
 
     HELP = "one line for --help"
+    EXTRA = "engine"  # the package extra its optional dependencies come from
     def add_arguments(parser: argparse.ArgumentParser) -> None: ...
     def run(args: argparse.Namespace) -> int | None: ...
 
@@ -17,7 +18,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import pkgutil
+import sys
+
+from kvrouter.cli._extras import install_hint
 
 
 def _subcommands() -> dict[str, object]:
@@ -32,10 +37,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="kvrouter", description="KV-cache-aware router for disaggregated LLM inference"
     )
+    parser.add_argument(
+        "--version", action="version", version=f"kvrouter {importlib.metadata.version('kvrouter')}"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in sorted(_subcommands().items()):
         sub = commands.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+        sub.set_defaults(run=module.run, extra=module.EXTRA)
     args = parser.parse_args(argv)
-    return args.run(args) or 0
+    try:
+        return args.run(args) or 0
+    except ModuleNotFoundError as e:
+        hint = install_hint(args.command, args.extra, e)
+        if hint is None:
+            raise
+        print(hint, file=sys.stderr)
+        return 2

@@ -8,6 +8,7 @@ import argparse
 import sys
 
 HELP = "publish vLLM/SGLang engines' KV events to the NATS JetStream stream of router replicas"
+EXTRA = "adapters"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ HELP = (
     "start a router with 2 prefill and 2 decode CPU workers on 127.0.0.1, run a multi-turn "
     "chat and agent workload through it, and compare kv-aware routing with round robin"
 )
+EXTRA = "engine"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

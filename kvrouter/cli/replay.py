@@ -8,10 +8,11 @@ import json
 import sys
 
 HELP = "replay a Mooncake trace (or a synthetic workload) on simulated workers and compare policies"
+EXTRA = "replay"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from kvrouter.replay.policies import POLICIES
+    from kvrouter.policy import POLICIES
 
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", help="Mooncake-format JSONL trace")

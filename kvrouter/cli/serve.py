@@ -8,6 +8,8 @@ import json
 import sys
 
 HELP = "run the router gRPC service (flags override KVROUTER_* env, which override --config)"
+# Only `--nats` (router replicas) needs it.
+EXTRA = "adapters"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvrouter.service import config, server, snapshot_file
+    from kvrouter.service import config, server
 
     try:
         effective = config.load(args)
@@ -31,15 +33,17 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(effective.to_dict(), indent=2))
         return 0
+    from kvrouter.service.errors import StartupError
+
     try:
         if replica is None:
             return server.run(effective)
         from kvrouter.service.replicas import replica_server
 
         replica_server.run(replica)
-    except snapshot_file.SnapshotError as e:
+    except StartupError as e:
         print(f"kvrouter serve: {e}", file=sys.stderr)
-        return 2
+        return 1
     return 0
 
 

@@ -12,6 +12,7 @@ import sys
 from kvrouter.cli.bridge import add_stream_arguments, nats_config
 
 HELP = "register vLLM/SGLang engines with routers and forward their KV events to them"
+EXTRA = "adapters"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

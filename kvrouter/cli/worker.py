@@ -9,6 +9,7 @@ from kvrouter.cli.bridge import add_stream_arguments, nats_config
 from kvrouter.roles import ROLES
 
 HELP = "run an inference worker: the engine behind the Worker gRPC service, joined to a router"
+EXTRA = "engine"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,8 @@ Tokens come from a file (`auth_tokens_file`), one per line: `ROLE TOKEN`,
   decode worker pulling a hand-off). Acting as another worker is
   PERMISSION_DENIED; a Register without an id is given ID;
 - `router`: the Worker service (the router's proxy calling workers);
-- `admin`: everything, as any worker.
+- `metrics`: the router's `/metrics` endpoint only;
+- `admin`: everything, as any worker, and `/metrics`.
 
 A call carries `authorization: Bearer TOKEN` in its metadata. A missing or
 unknown token is UNAUTHENTICATED, a known one used outside its role
@@ -22,10 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+
+from kvrouter.net.handlers import same_shape
 
 log = logging.getLogger("kvrouter.net.auth")
 
@@ -56,7 +60,7 @@ WORKER_METHODS = BOUND_METHODS | {
 
 @dataclass(frozen=True)
 class Principal:
-    role: str  # "client", "worker", "router" or "admin"
+    role: str  # "client", "worker", "router", "metrics" or "admin"
     worker_id: int | None = None
 
     def __str__(self) -> str:
@@ -70,12 +74,14 @@ def _digest(token: str) -> bytes:
 
 
 def _principal(role: str, where: str) -> Principal:
-    if role in ("client", "router", "admin"):
+    if role in ("client", "router", "metrics", "admin"):
         return Principal(role)
     kind, sep, worker = role.partition(":")
     if kind == "worker" and sep and worker.isdigit():
         return Principal("worker", int(worker))
-    raise ValueError(f"{where}: role must be client, router, admin or worker:ID, not {role!r}")
+    raise ValueError(
+        f"{where}: role must be client, router, metrics, admin or worker:ID, not {role!r}"
+    )
 
 
 def load_tokens(path: str) -> dict[bytes, Principal]:
@@ -111,21 +117,7 @@ def _refusing(handler: grpc.RpcMethodHandler, refusal: _Refusal) -> grpc.RpcMeth
         await context.abort(refusal.code, refusal.message)
         yield  # makes this an async generator, as streaming responses need
 
-    return _same_shape(handler, streaming if handler.response_streaming else unary)
-
-
-def _same_shape(handler: grpc.RpcMethodHandler, behaviour) -> grpc.RpcMethodHandler:
-    make = {
-        (False, False): grpc.unary_unary_rpc_method_handler,
-        (False, True): grpc.unary_stream_rpc_method_handler,
-        (True, False): grpc.stream_unary_rpc_method_handler,
-        (True, True): grpc.stream_stream_rpc_method_handler,
-    }[(handler.request_streaming, handler.response_streaming)]
-    return make(
-        behaviour,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
+    return same_shape(handler, streaming if handler.response_streaming else unary)
 
 
 def _check_worker(principal: Principal, worker_id: int, method: str) -> None:
@@ -151,7 +143,7 @@ def _bound_unary(handler: grpc.RpcMethodHandler, principal: Principal, method: s
                 await context.abort(e.code, e.message)
         return await inner(request, context)
 
-    return _same_shape(handler, behaviour)
+    return same_shape(handler, behaviour)
 
 
 def _bound_publish(handler: grpc.RpcMethodHandler, principal: Principal):
@@ -178,7 +170,7 @@ def _bound_publish(handler: grpc.RpcMethodHandler, principal: Principal):
         async for reply in inner(replayed(), context):
             yield reply
 
-    return _same_shape(handler, behaviour)
+    return same_shape(handler, behaviour)
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
@@ -237,6 +229,21 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if method == PUBLISH:
             return _bound_publish(handler, principal)
         return _bound_unary(handler, principal, method)
+
+
+def scrape_authorizer(tokens_file: str) -> Callable[[str], bool]:
+    """Whether an HTTP `Authorization` header may read `/metrics`: anyone
+    when no token file is set, else a bearer token of role metrics or admin."""
+    if not tokens_file:
+        return lambda header: True
+    tokens = load_tokens(tokens_file)
+
+    def authorized(header: str) -> bool:
+        scheme, _, token = header.partition(" ")
+        principal = tokens.get(_digest(token.strip())) if scheme.lower() == "bearer" else None
+        return principal is not None and principal.role in ("metrics", "admin")
+
+    return authorized
 
 
 def interceptors(

@@ -39,6 +39,12 @@ class TextFormatter(logging.Formatter):
         return line.rstrip()
 
 
+def check_level(level: str) -> None:
+    """Raises ValueError unless `level` is a logging level name."""
+    if level.upper() not in logging.getLevelNamesMapping():
+        raise ValueError(f"--log-level {level!r}: expected debug, info, warning, error or critical")
+
+
 def configure(level: str = "info", fmt: str = "json") -> None:
     """Points the `kvrouter` loggers at stderr in the chosen format."""
     handler = logging.StreamHandler(sys.stderr)

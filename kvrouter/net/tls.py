@@ -7,17 +7,47 @@ that CA (mTLS); a client without one fails the handshake.
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 
 import grpc
 
 
 def check(config) -> None:
-    """Refuses half-configured TLS at start, not at the first connection."""
+    """Refuses half-configured TLS, or a file that cannot be read, at start,
+    not at the first connection."""
     if bool(config.tls_cert_file) != bool(config.tls_key_file):
         raise ValueError("tls_cert_file and tls_key_file must be set together")
     if config.tls_client_ca_file and not config.tls_cert_file:
         raise ValueError("tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
+    for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+        check_readable(name, getattr(config, name))
+
+
+def check_readable(setting: str, path: str) -> None:
+    """Raises ValueError naming the setting's flag unless `path` (when set)
+    is a file this process can read."""
+    if not path:
+        return
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        flag = "--" + setting.replace("_", "-")
+        raise ValueError(f"{flag} {path}: {e.strerror.lower()}") from None
+
+
+def server_ssl_context(config) -> ssl.SSLContext | None:
+    """The same certificate (and client CA, for mTLS) for an HTTP endpoint
+    such as `/metrics`; None when TLS is off."""
+    if not config.tls_cert_file:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
+    if config.tls_client_ca_file:
+        context.load_verify_locations(config.tls_client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def server_credentials(config) -> grpc.ServerCredentials | None:

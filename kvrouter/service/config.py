@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvrouter.net import tls
+from kvrouter.net import auth, logs, tls
+from kvrouter.net.addresses import check_listen
 from kvrouter.policy import PolicyConfig
 from kvrouter.service.proxy_config import ProxyConfig
 
@@ -34,8 +35,11 @@ TABLES = {"policy": "KVROUTER_POLICY_", "proxy": "KVROUTER_PROXY_"}
 class ServiceConfig:
     # gRPC listen address.
     listen: str = "0.0.0.0:50051"
-    # Prometheus /metrics listen address; empty disables the endpoint.
-    metrics_listen: str = "0.0.0.0:9464"
+    # Prometheus /metrics listen address; empty disables the endpoint. The
+    # loopback by default: set 0.0.0.0:9464 (or the pod IP) for a scraper
+    # elsewhere. With tokens on it needs a `metrics` (or `admin`) token, with
+    # TLS on it is HTTPS.
+    metrics_listen: str = "127.0.0.1:9464"
     # Tokens per KV block; every worker must use the same.
     block_size: int = 16
     # Bound on the index size (least recently used blocks go first); 0: none.
@@ -115,7 +119,14 @@ class ServiceConfig:
             raise ValueError("on_bad_snapshot must be 'empty' or 'exit'")
         if self.log_format not in ("json", "text"):
             raise ValueError("log_format must be 'json' or 'text'")
+        logs.check_level(self.log_level)
+        check_listen("--listen", self.listen)
+        if self.metrics_listen:
+            check_listen("--metrics-listen", self.metrics_listen)
         tls.check(self)
+        if self.auth_tokens_file:
+            tls.check_readable("auth_tokens_file", self.auth_tokens_file)
+            auth.load_tokens(self.auth_tokens_file)
         if bool(self.worker_cert_file) != bool(self.worker_key_file):
             raise ValueError("worker_cert_file and worker_key_file must be set together")
         self.policy.validate()

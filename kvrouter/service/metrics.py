@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 from kvrouter import _core
+from kvrouter.service.metrics_http import serve_metrics
 
 LAG_BUCKETS = (1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0, 5.0, 30.0)
 
@@ -103,10 +104,10 @@ class ServiceMetrics:
         """A gauge read at scrape time."""
         Gauge(name, doc, registry=self.registry).set_function(read)
 
-    def serve(self, listen: str) -> tuple[object, int]:
-        """Starts the /metrics HTTP endpoint; returns (server, bound port)."""
-        host, _, port = listen.rpartition(":")
-        server, _thread = start_http_server(
-            int(port), addr=host.strip("[]") or "0.0.0.0", registry=self.registry
+    def serve(self, listen: str, *, authorized, ssl_context=None) -> tuple[object, int]:
+        """Starts the /metrics endpoint (`metrics_http.serve_metrics`);
+        returns (server, bound port)."""
+        server = serve_metrics(
+            self.registry, listen, authorized=authorized, ssl_context=ssl_context
         )
         return server, server.server_address[1]

@@ -22,10 +22,13 @@ from grpc_reflection.v1alpha import reflection
 
 from kvrouter._core import PrefixIndex
 from kvrouter.net import auth, logs, tls
+from kvrouter.net.addresses import check_bindable
+from kvrouter.net.malformed import MalformedRequests
 from kvrouter.policy import Router
 from kvrouter.proto_gen import router_pb2, router_pb2_grpc
 from kvrouter.service import decision_log, snapshot_file
 from kvrouter.service.config import ServiceConfig
+from kvrouter.service.errors import StartupError
 from kvrouter.service.events import EventIngest
 from kvrouter.service.generate import GenerationProxy, ProxyingRouterService
 from kvrouter.service.metrics import ServiceMetrics
@@ -60,7 +63,7 @@ def _load_index(config: ServiceConfig) -> tuple[PrefixIndex, int]:
         return PrefixIndex(config.block_size, config.max_index_blocks or None), 0
     index, marks = restored
     if index.block_size != config.block_size:
-        raise snapshot_file.SnapshotError(
+        raise ValueError(
             f"snapshot {path} has block size {index.block_size}, the config {config.block_size}"
         )
     log.info("index restored", extra={"fields": {"path": str(path), **index.stats()}})
@@ -137,11 +140,16 @@ class RouterServer:
     async def start(self) -> None:
         max_bytes = max(4 << 20, self.config.max_prompt_tokens * 5 + (1 << 20))
         server = grpc.aio.server(
-            interceptors=auth.interceptors(
-                self.config.auth_tokens_file,
-                health_open=self.config.health_open,
-                reflection_open=self.config.reflection_open,
-            ),
+            # Malformed bytes are refused before anything reads them, the
+            # token checks included.
+            interceptors=[
+                MalformedRequests(),
+                *auth.interceptors(
+                    self.config.auth_tokens_file,
+                    health_open=self.config.health_open,
+                    reflection_open=self.config.reflection_open,
+                ),
+            ],
             options=[
                 ("grpc.max_receive_message_length", max_bytes),
                 ("grpc.max_send_message_length", max_bytes),
@@ -164,15 +172,33 @@ class RouterServer:
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
-        self.port = tls.add_port(server, self.config)
+        try:
+            check_bindable("--listen", self.config.listen)
+            if self.config.metrics_listen:
+                check_bindable("--metrics-listen", self.config.metrics_listen)
+        except OSError as e:
+            raise StartupError(str(e)) from None
+        try:
+            self.port = tls.add_port(server, self.config)
+        except RuntimeError:
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"cannot listen on {self.config.listen}")
+            raise StartupError(f"--listen {self.config.listen}: cannot bind")
+        if self.config.metrics_listen:
+            try:
+                self._metrics_http, self.metrics_port = self.metrics.serve(
+                    self.config.metrics_listen,
+                    authorized=auth.scrape_authorizer(self.config.auth_tokens_file),
+                    ssl_context=tls.server_ssl_context(self.config),
+                )
+            except OSError as e:
+                raise StartupError(
+                    f"--metrics-listen {self.config.metrics_listen}: {e.strerror.lower()}"
+                ) from None
         await server.start()
         self._server = server
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        if self.config.metrics_listen:
-            self._metrics_http, self.metrics_port = self.metrics.serve(self.config.metrics_listen)
         self._tasks.append(asyncio.create_task(self._expire_loop()))
         if decision_log.wanted(self.config.log_decisions):
             self._tasks.append(asyncio.create_task(self.routing.decision_log.run()))
@@ -245,9 +271,13 @@ class RouterServer:
 
 
 async def serve(config: ServiceConfig) -> int:
-    """Runs a router until SIGTERM or SIGINT, then drains it; the exit
-    status: 1 if the snapshot could not be written."""
-    server = RouterServer(config)
+    """Runs a router until SIGTERM or SIGINT, then drains it; returns the
+    exit status, 1 if the snapshot could not be written. Raises StartupError
+    when it cannot start."""
+    try:
+        server = RouterServer(config)
+    except (OSError, ValueError) as e:
+        raise StartupError(str(e)) from None
     # Handled from before the router says it serves, so that a SIGTERM sent
     # as soon as it does still drains it.
     stop = asyncio.Event()

@@ -15,23 +15,20 @@ import tempfile
 from pathlib import Path
 
 from kvrouter._core import PrefixIndex
+from kvrouter.service.errors import StartupError
 
 log = logging.getLogger("kvrouter.service.snapshot_file")
-
-
-class SnapshotError(ValueError):
-    """A snapshot path or file the router will not start with; one line."""
 
 
 def check_writable(path: Path) -> None:
     """Refuses, at start-up, a snapshot path the shutdown could not write."""
     folder = path.parent
     if not folder.is_dir():
-        raise SnapshotError(f"snapshot_path {path}: directory {folder} does not exist")
+        raise StartupError(f"snapshot_path {path}: directory {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise SnapshotError(f"snapshot_path {path}: directory {folder} is not writable")
+        raise StartupError(f"snapshot_path {path}: directory {folder} is not writable")
     if path.is_dir():
-        raise SnapshotError(f"snapshot_path {path} is a directory")
+        raise StartupError(f"snapshot_path {path} is a directory")
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -77,7 +74,7 @@ def load(path: Path, on_bad: str) -> tuple[PrefixIndex, dict[str, int]] | None:
         return PrefixIndex.restore_marked(data)
     except ValueError as e:
         if on_bad != "empty":
-            raise SnapshotError(f"snapshot {path} refused: {e}") from None
+            raise StartupError(f"snapshot {path} refused: {e}") from None
         aside = path.with_name(path.name + ".corrupt")
         os.replace(path, aside)
         log.error(

@@ -45,7 +45,7 @@ def snapshot(tmp_path):
 def test_a_missing_snapshot_directory_is_refused_at_start(tmp_path):
     missing = tmp_path / "no-such-dir" / "index.snap"
     refused = serve_until_refused("--snapshot-path", str(missing))
-    assert refused.returncode == 2
+    assert refused.returncode == 1
     assert refused.stderr.strip().count("\n") == 0, refused.stderr
     assert f"directory {missing.parent} does not exist" in refused.stderr
 
@@ -72,7 +72,7 @@ def damage(path) -> None:
 def test_a_corrupt_snapshot_stops_the_router_when_told_to_exit(snapshot):
     damage(snapshot)
     refused = serve_until_refused("--snapshot-path", str(snapshot), "--on-bad-snapshot", "exit")
-    assert refused.returncode == 2
+    assert refused.returncode == 1
     assert refused.stderr.strip().count("\n") == 0, refused.stderr
     assert f"snapshot {snapshot} refused" in refused.stderr
     assert "checksum mismatch" in refused.stderr

@@ -144,5 +144,7 @@ def test_health_and_reflection_open_or_closed(start_router, token_file, open_):
 def test_a_bad_token_file_is_refused_at_start(start_router, tmp_path):
     path = tmp_path / "tokens"
     path.write_text("worker:x some-token\n")
-    with pytest.raises(ValueError, match="role must be client, router, admin or worker:ID"):
+    with pytest.raises(
+        ValueError, match="role must be client, router, metrics, admin or worker:ID"
+    ):
         start_router(auth_tokens_file=str(path))

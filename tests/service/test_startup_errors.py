@@ -1,0 +1,92 @@
+"""`kvrouter serve` refuses a setting it cannot run with by exiting non-zero
+with one line that names the problem and the flag: no traceback, no process
+left behind, no port silently changed."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from kvrouter import PrefixIndex
+
+
+def serve(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kvrouter.cli", "serve", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def assert_one_line_naming(result: subprocess.CompletedProcess, *words: str) -> None:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode != 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert len(lines) == 1, result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.fixture
+def taken_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (("--listen", "127.0.0.1:99999"), ("--listen", "65535")),
+        (("--listen", "localhost"), ("--listen", "HOST:PORT")),
+        (("--metrics-listen", "127.0.0.1:70000"), ("--metrics-listen",)),
+        (("--log-level", "loud"), ("--log-level", "loud")),
+        (
+            ("--tls-cert-file", "/nonexistent.pem", "--tls-key-file", "/nonexistent.key"),
+            ("--tls-cert-file", "/nonexistent.pem"),
+        ),  # fmt: skip
+        (("--auth-tokens-file", "/nonexistent-tokens"), ("--auth-tokens-file",)),
+    ],
+    ids=["port-out-of-range", "no-port", "metrics-port", "log-level", "tls-file", "tokens-file"],
+)
+def test_bad_settings_exit_with_one_line(flags, words):
+    base = ("--listen", "127.0.0.1:0", "--metrics-listen", "")
+    assert_one_line_naming(serve(*base, *flags), *words)
+
+
+def test_a_bad_token_file_is_one_line(tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("router-only-one-field\n")
+    result = serve("--listen", "127.0.0.1:0", "--metrics-listen", "", "--auth-tokens-file",
+                   str(tokens))  # fmt: skip
+    assert_one_line_naming(result, str(tokens), "ROLE TOKEN")
+
+
+def test_the_port_in_use_is_one_line(taken_port):
+    result = serve("--listen", f"127.0.0.1:{taken_port}", "--metrics-listen", "")
+    assert_one_line_naming(result, "--listen", str(taken_port))
+
+
+def test_the_metrics_port_in_use_is_one_line(taken_port):
+    result = serve("--listen", "127.0.0.1:0", "--metrics-listen", f"127.0.0.1:{taken_port}")
+    assert_one_line_naming(result, "--metrics-listen", str(taken_port))
+
+
+def test_a_snapshot_of_another_block_size_is_one_line(tmp_path):
+    path = tmp_path / "index.snap"
+    path.write_bytes(PrefixIndex(32).snapshot())
+    result = serve("--listen", "127.0.0.1:0", "--metrics-listen", "", "--snapshot-path",
+                   str(path))  # fmt: skip
+    assert_one_line_naming(result, "block size")
+
+
+def test_version():
+    result = subprocess.run(
+        [sys.executable, "-m", "kvrouter.cli", "--version"], capture_output=True, text=True
+    )
+    assert result.returncode == 0 and result.stdout.startswith("kvrouter ")
