@@ -25,12 +25,11 @@ from kvrouter.service.errors import ServiceError, invalid
 MAX_WORKER_ID = 2**63 - 1
 
 
-def check_worker_id(worker_id: int) -> int:
+def check_worker_id(worker_id: int) -> None:
     if not 0 <= worker_id <= MAX_WORKER_ID:
         raise invalid(
             f"worker_id must be between 0 and {MAX_WORKER_ID} (2^63 - 1), not {worker_id}"
         )
-    return worker_id
 
 
 def new_token() -> int:
@@ -39,6 +38,8 @@ def new_token() -> int:
 
 
 class IdCounter:
+    """The next id to assign; it only goes up."""
+
     def __init__(self, start: int) -> None:
         self.next_unused = max(start, 1)
 
