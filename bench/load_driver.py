@@ -174,6 +174,8 @@ class Workers:
         self.errors = Errors()
         self.ids = itertools.count(1)
         self.tasks: dict[int, tuple[asyncio.Task, asyncio.Task]] = {}
+        # Each worker's registration token, which its heartbeats and leaving carry.
+        self.tokens: dict[int, int] = {}
         # Batches each worker has had acknowledged, past and present workers.
         self.acked: dict[int, int] = {}
 
@@ -182,7 +184,8 @@ class Workers:
         request = pb.RegisterRequest(
             worker_id=worker_id, role=pb.ROLE_BOTH, block_size=BLOCK, capacity_blocks=1 << 20
         )
-        await self.registry.Register(request, timeout=10)
+        response = await self.registry.Register(request, timeout=10)
+        self.tokens[worker_id] = response.registration_token
         self.counts[JOINED] += 1
         self.tasks[worker_id] = (
             asyncio.create_task(self.heartbeat(worker_id)),
@@ -194,7 +197,10 @@ class Workers:
         for task in self.tasks.pop(worker_id):
             task.cancel()
         try:
-            await self.registry.Deregister(pb.DeregisterRequest(worker_id=worker_id), timeout=10)
+            leave = pb.DeregisterRequest(
+                worker_id=worker_id, registration_token=self.tokens.pop(worker_id)
+            )
+            await self.registry.Deregister(leave, timeout=10)
         except grpc.RpcError as e:
             self.errors.add(f"deregister {e.code().name}", e.details())
 
@@ -203,7 +209,10 @@ class Workers:
         back no other worker's heartbeat past the router's TTL."""
         while True:
             try:
-                await self.registry.Heartbeat(pb.HeartbeatRequest(worker_id=worker_id), timeout=10)
+                beat = pb.HeartbeatRequest(
+                    worker_id=worker_id, registration_token=self.tokens[worker_id]
+                )
+                await self.registry.Heartbeat(beat, timeout=10)
             except grpc.RpcError as e:
                 # NOT_FOUND: the router expired a worker that had not left.
                 self.errors.add(f"heartbeat {e.code().name}", e.details())

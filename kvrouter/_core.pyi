@@ -187,9 +187,15 @@ class PrefixIndex:
         """{"blocks", "workers", "approximate", "pruned_total"}"""
     def workers(self) -> dict[int, tuple[int, int]]:
         """{worker_id: (confirmed blocks, next expected batch number)}"""
-    def snapshot(self) -> bytes: ...
+    def snapshot(self, *, stream_position: int = 0, next_worker_id: int = 0) -> bytes:
+        """The confirmed index, sealed with its length and an xxh3 checksum,
+        with two counters its owner keeps with it."""
     @staticmethod
-    def restore(data: bytes) -> PrefixIndex: ...
+    def restore(data: bytes) -> PrefixIndex:
+        """ValueError, naming what is wrong, for truncated or corrupt bytes."""
+    @staticmethod
+    def restore_marked(data: bytes) -> tuple[PrefixIndex, dict[str, int]]:
+        """`restore`, and {"stream_position", "next_worker_id"} as stored."""
 
 class NoWorkerAvailable(RuntimeError):
     """No healthy worker can take the request (none registered, all

@@ -36,12 +36,11 @@ def run(args: argparse.Namespace) -> int:
     from kvrouter.service.errors import StartupError
 
     try:
-        if replica is not None:
-            from kvrouter.service.replicas import replica_server
+        if replica is None:
+            return server.run(effective)
+        from kvrouter.service.replicas import replica_server
 
-            replica_server.run(replica)
-        else:
-            server.run(effective)
+        replica_server.run(replica)
     except StartupError as e:
         print(f"kvrouter serve: {e}", file=sys.stderr)
         return 1

@@ -1,7 +1,9 @@
 """`WorkerRegistration`: registers a worker with the router and keeps it
 alive with heartbeats carrying its load. If the router forgets the worker
 (it restarted, or the worker's heartbeats lapsed) the next heartbeat
-registers it again under the same id."""
+registers it again under the same id, with its registration token: if another
+process registered that id meanwhile, the router refuses, and this worker
+keeps retrying rather than take the newer one's place."""
 
 from __future__ import annotations
 
@@ -53,6 +55,8 @@ class WorkerRegistration:
         self.timeout = timeout
         self.credentials = credentials
         self.registration: Registration | None = None
+        # Proves this process's registration to the router; 0 before the first.
+        self.registration_token = 0
         self.registrations = 0
         self._channel: grpc.aio.Channel | None = None
         self._stub: router_pb2_grpc.RegistryStub | None = None
@@ -78,6 +82,7 @@ class WorkerRegistration:
             block_size=self.block_size,
             capacity_blocks=self.capacity_blocks,
             metadata=self.metadata,
+            registration_token=self.registration_token,
         )
         if self.worker_id is not None:
             request.worker_id = self.worker_id
@@ -86,6 +91,7 @@ class WorkerRegistration:
         except grpc.RpcError as e:
             raise rpc_error(e) from None
         self.worker_id = response.worker_id
+        self.registration_token = response.registration_token
         self.registrations += 1
         self.registration = Registration(
             response.worker_id,
@@ -104,6 +110,7 @@ class WorkerRegistration:
                 queued_prefill_tokens=load.queued_prefill_tokens,
                 active_decode_blocks=load.active_decode_blocks,
                 active_requests=load.active_requests,
+                registration_token=self.registration_token,
             )
             try:
                 await self._stub.Heartbeat(request, timeout=self.timeout)
@@ -137,7 +144,10 @@ class WorkerRegistration:
         if deregister and self._stub is not None and self.worker_id is not None:
             try:
                 await self._stub.Deregister(
-                    pb.DeregisterRequest(worker_id=self.worker_id), timeout=self.timeout
+                    pb.DeregisterRequest(
+                        worker_id=self.worker_id, registration_token=self.registration_token
+                    ),
+                    timeout=self.timeout,
                 )
             except grpc.RpcError as e:
                 log.info(

@@ -143,7 +143,7 @@ class LifecycleAck(_message.Message):
     def __init__(self) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata")
+    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "registration_token")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -157,45 +157,53 @@ class RegisterRequest(_message.Message):
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    REGISTRATION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     role: Role
     address: str
     block_size: int
     capacity_blocks: int
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    registration_token: int
+    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., registration_token: _Optional[int] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("worker_id", "heartbeat_interval_s", "heartbeat_ttl_s")
+    __slots__ = ("worker_id", "heartbeat_interval_s", "heartbeat_ttl_s", "registration_token")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    REGISTRATION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     heartbeat_interval_s: float
     heartbeat_ttl_s: float
-    def __init__(self, worker_id: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_ttl_s: _Optional[float] = ...) -> None: ...
+    registration_token: int
+    def __init__(self, worker_id: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_ttl_s: _Optional[float] = ..., registration_token: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "queued_prefill_tokens", "active_decode_blocks", "active_requests")
+    __slots__ = ("worker_id", "queued_prefill_tokens", "active_decode_blocks", "active_requests", "registration_token")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUED_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_DECODE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    REGISTRATION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     queued_prefill_tokens: int
     active_decode_blocks: int
     active_requests: int
-    def __init__(self, worker_id: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_requests: _Optional[int] = ...) -> None: ...
+    registration_token: int
+    def __init__(self, worker_id: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_requests: _Optional[int] = ..., registration_token: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class DeregisterRequest(_message.Message):
-    __slots__ = ("worker_id",)
+    __slots__ = ("worker_id", "registration_token")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    REGISTRATION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
-    def __init__(self, worker_id: _Optional[int] = ...) -> None: ...
+    registration_token: int
+    def __init__(self, worker_id: _Optional[int] = ..., registration_token: _Optional[int] = ...) -> None: ...
 
 class DeregisterResponse(_message.Message):
     __slots__ = ()

@@ -58,7 +58,12 @@ class ServiceConfig:
     # On SIGTERM: how long in-flight calls may take to finish.
     drain_grace_s: float = 10.0
     # Index snapshot file: restored at start, written at shutdown; empty: none.
+    # Its directory must exist and be writable when the router starts.
     snapshot_path: str = ""
+    # A snapshot that is truncated or corrupt: "empty" starts with an empty
+    # index (workers' resyncs refill it) and moves the file aside; "exit"
+    # refuses to start.
+    on_bad_snapshot: str = "empty"
     # "debug", "info", "warning" or "error".
     log_level: str = "info"
     # "json" (one object per line) or "text".
@@ -116,6 +121,8 @@ class ServiceConfig:
             raise ValueError(
                 "nats needs replica_name: a name unique to this replica and stable across restarts"
             )
+        if self.on_bad_snapshot not in ("empty", "exit"):
+            raise ValueError("on_bad_snapshot must be 'empty' or 'exit'")
         if self.log_format not in ("json", "text"):
             raise ValueError("log_format must be 'json' or 'text'")
         logs.check_level(self.log_level)

@@ -25,3 +25,11 @@ def invalid(message: str) -> ServiceError:
 
 def not_found(message: str) -> ServiceError:
     return ServiceError(grpc.StatusCode.NOT_FOUND, message)
+
+
+def already_exists(message: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.ALREADY_EXISTS, message)
+
+
+def failed_precondition(message: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.FAILED_PRECONDITION, message)

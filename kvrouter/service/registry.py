@@ -35,11 +35,12 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
                 capacity_blocks=request.capacity_blocks,
                 metadata=dict(request.metadata),
             )
-            self.workers.register(record)
+            token = self.workers.register(record, request.registration_token)
         except ServiceError as e:
             await context.abort(e.code, e.message)
         return pb.RegisterResponse(
             worker_id=worker_id,
+            registration_token=token,
             heartbeat_interval_s=self.config.heartbeat_interval_s,
             heartbeat_ttl_s=self.config.heartbeat_ttl_s,
         )
@@ -48,6 +49,7 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
         try:
             self.workers.heartbeat(
                 request.worker_id,
+                request.registration_token,
                 request.queued_prefill_tokens,
                 request.active_decode_blocks,
                 request.active_requests,
@@ -58,6 +60,7 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
 
     async def Deregister(self, request, context):
         try:
+            self.workers.proven(request.worker_id, request.registration_token)
             self.workers.remove(request.worker_id, "deregistered")
         except ServiceError as e:
             await context.abort(e.code, e.message)

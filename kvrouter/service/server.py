@@ -26,7 +26,7 @@ from kvrouter.net.addresses import check_bindable
 from kvrouter.net.malformed import MalformedRequests
 from kvrouter.policy import Router
 from kvrouter.proto_gen import router_pb2, router_pb2_grpc
-from kvrouter.service import decision_log
+from kvrouter.service import decision_log, snapshot_file
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.errors import StartupError
 from kvrouter.service.events import EventIngest
@@ -52,17 +52,22 @@ EVENTS_ELSEWHERE = (
 )
 
 
-def _load_index(config: ServiceConfig) -> PrefixIndex:
-    path = Path(config.snapshot_path) if config.snapshot_path else None
-    if path is not None and path.exists():
-        index = PrefixIndex.restore(path.read_bytes())
-        if index.block_size != config.block_size:
-            raise ValueError(
-                f"snapshot {path} has block size {index.block_size}, the config {config.block_size}"
-            )
-        log.info("index restored", extra={"fields": {"path": str(path), **index.stats()}})
-        return index
-    return PrefixIndex(config.block_size, config.max_index_blocks or None)
+def _load_index(config: ServiceConfig) -> tuple[PrefixIndex, int]:
+    """The index to start with, and the next worker id the registry may assign."""
+    if not config.snapshot_path:
+        return PrefixIndex(config.block_size, config.max_index_blocks or None), 0
+    path = Path(config.snapshot_path)
+    snapshot_file.check_writable(path)
+    restored = snapshot_file.load(path, config.on_bad_snapshot)
+    if restored is None:
+        return PrefixIndex(config.block_size, config.max_index_blocks or None), 0
+    index, marks = restored
+    if index.block_size != config.block_size:
+        raise ValueError(
+            f"snapshot {path} has block size {index.block_size}, the config {config.block_size}"
+        )
+    log.info("index restored", extra={"fields": {"path": str(path), **index.stats()}})
+    return index, marks["next_worker_id"]
 
 
 class RouterServer:
@@ -83,7 +88,7 @@ class RouterServer:
         config.validate()
         self.config = config
         self.owns_index = index is None
-        self.index = _load_index(config) if index is None else index
+        self.index, next_worker_id = _load_index(config) if index is None else (index, 0)
         self.policy = service_router(self.index, config) if policy is None else policy
         if self.policy.index is not self.index or self.index.block_size != config.block_size:
             raise ValueError(
@@ -91,7 +96,11 @@ class RouterServer:
             )
         self.metrics = ServiceMetrics()
         self.workers = WorkerTable(
-            self.policy, self.index, config.heartbeat_ttl_s, owns_index=self.owns_index
+            self.policy,
+            self.index,
+            config.heartbeat_ttl_s,
+            owns_index=self.owns_index,
+            next_id=next_worker_id,
         )
         refusal = "" if self.owns_index else EVENTS_ELSEWHERE
         self.events = EventIngest(self.index, self.workers, self.metrics, refusal=refusal)
@@ -107,6 +116,8 @@ class RouterServer:
         self._metrics_http = None
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
+        # Set when the shutdown could not write the snapshot.
+        self.snapshot_lost = False
         self._add_gauges()
 
     def _add_gauges(self) -> None:
@@ -226,26 +237,31 @@ class RouterServer:
             return
         grace = self.config.drain_grace_s if grace is None else grace
         log.info("draining", extra={"fields": {"grace_s": grace}})
-        await self.health.enter_graceful_shutdown()
-        for task in self._tasks:
-            task.cancel()
-        self.events.close_all("the router is shutting down")
-        self.routing.close_streams()
-        await self._server.stop(grace)
-        await self.generation.close()
-        self.routing.decision_log.flush()
-        if self._metrics_http is not None:
-            self._metrics_http.shutdown()
-            self._metrics_http.server_close()
-        if self.owns_index and self.config.snapshot_path:
-            self._write_snapshot(Path(self.config.snapshot_path))
-        self._stopped.set()
-        log.info("stopped")
+        # Whatever fails on the way down, the router still stops: a second
+        # SIGTERM would otherwise find it half stopped, and wait forever.
+        try:
+            await self.health.enter_graceful_shutdown()
+            for task in self._tasks:
+                task.cancel()
+            self.events.close_all("the router is shutting down")
+            self.routing.close_streams()
+            await self._server.stop(grace)
+            await self.generation.close()
+            self.routing.decision_log.flush()
+            if self._metrics_http is not None:
+                self._metrics_http.shutdown()
+                self._metrics_http.server_close()
+            if self.owns_index and self.config.snapshot_path:
+                self._write_snapshot(Path(self.config.snapshot_path))
+        finally:
+            self._stopped.set()
+            log.info("stopped")
 
     def _write_snapshot(self, path: Path) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(self.index.snapshot())
-        os.replace(tmp, path)
+        data = self.index.snapshot(next_worker_id=self.workers.next_unused_id)
+        if not snapshot_file.save(path, data):
+            self.snapshot_lost = True
+            return
         log.info(
             "index snapshot written", extra={"fields": {"path": str(path), **self.index.stats()}}
         )
@@ -254,25 +270,31 @@ class RouterServer:
         await self._stopped.wait()
 
 
-async def serve(config: ServiceConfig) -> None:
-    """Runs a router until SIGTERM or SIGINT, then drains it. Raises
-    StartupError when it cannot start."""
+async def serve(config: ServiceConfig) -> int:
+    """Runs a router until SIGTERM or SIGINT, then drains it; returns the
+    exit status, 1 if the snapshot could not be written. Raises StartupError
+    when it cannot start."""
     try:
         server = RouterServer(config)
     except (OSError, ValueError) as e:
         raise StartupError(str(e)) from None
+    # Handled from before the router says it serves, so that a SIGTERM sent
+    # as soon as it does still drains it.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     await server.start()
     # What exists now (modules, the restored index's Python side, gRPC) lives
     # as long as the process: taking it out of the cyclic collector turns a
     # full collection, a several-ms stall of every call in flight, into
     # microseconds.
     gc.freeze()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop()))
-    await server.wait_stopped()
+    await stop.wait()
+    await server.stop()
+    return 1 if server.snapshot_lost else 0
 
 
-def run(config: ServiceConfig) -> None:
+def run(config: ServiceConfig) -> int:
     logs.configure(config.log_level, config.log_format)
-    uvloop.run(serve(config))
+    return uvloop.run(serve(config))

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from kvrouter._core import PrefixIndex
 from kvrouter.policy import Router
 from kvrouter.roles import ROLES
-from kvrouter.service.errors import invalid, not_found
+from kvrouter.service.errors import already_exists, failed_precondition, invalid, not_found
+from kvrouter.service.worker_ids import IdCounter, check_worker_id, new_token
 
 log = logging.getLogger("kvrouter.service.workers")
 
@@ -40,12 +41,21 @@ class WorkerRecord:
     queued_prefill_tokens: int = 0
     active_decode_blocks: int = 0
     active_requests: int = 0
+    # Proves this registration (worker_ids.py); set when it is registered.
+    token: int = 0
 
 
 class WorkerTable:
     def __init__(
-        self, router: Router, index: PrefixIndex, heartbeat_ttl_s: float, *, owns_index: bool = True
+        self,
+        router: Router,
+        index: PrefixIndex,
+        heartbeat_ttl_s: float,
+        *,
+        owns_index: bool = True,
+        next_id: int = 0,
     ) -> None:
+        """`next_id`: the next id to assign, as the index snapshot kept it."""
         self.router = router
         self.index = index
         self.ttl_s = heartbeat_ttl_s
@@ -53,6 +63,7 @@ class WorkerTable:
         # replica's does; dropping a worker's entries here would set it apart.
         self.owns_index = owns_index
         self._workers: dict[int, WorkerRecord] = {}
+        self._ids = IdCounter(max(next_id, max(index.workers(), default=0) + 1))
 
     def __contains__(self, worker_id: int) -> bool:
         return worker_id in self._workers
@@ -77,12 +88,30 @@ class WorkerTable:
         record = self._workers.get(worker_id)
         return record.role if record is not None else ""
 
-    def next_id(self) -> int:
-        return max(self._workers, default=0) + 1
+    @property
+    def next_unused_id(self) -> int:
+        return self._ids.next_unused
 
-    def register(self, record: WorkerRecord) -> None:
-        """Adds or updates a worker. One that returns after expiring starts
-        with no index entries; its next event stream's hello asks for a resync."""
+    def next_id(self) -> int:
+        """An id never assigned before, and not in use."""
+        return self._ids.take(self._workers.keys() | self.index.workers().keys())
+
+    def proven(self, worker_id: int, token: int) -> WorkerRecord:
+        """The worker's record, if `token` is its registration's."""
+        record = self.get(worker_id)
+        if token != record.token:
+            raise failed_precondition(
+                f"worker {worker_id} is registered by another process (or again since): "
+                "this registration token is not its current one"
+            )
+        return record
+
+    def register(self, record: WorkerRecord, token: int = 0) -> int:
+        """Adds or updates a worker; returns the new registration's token.
+        `token` is the one the worker holds from before, if any. One that
+        returns after expiring starts with no index entries; its next event
+        stream's hello asks for a resync."""
+        check_worker_id(record.worker_id)
         if record.role not in ROLES:
             raise invalid(f"role must be one of {', '.join(ROLES)}")
         if record.block_size != self.index.block_size:
@@ -94,8 +123,14 @@ class WorkerTable:
             raise invalid("capacity_blocks must be positive")
         _check_size(record)
         previous = self._workers.get(record.worker_id)
+        if previous is not None and token and token != previous.token:
+            raise already_exists(
+                f"worker {record.worker_id} was registered by another process since this one's "
+                "registration; it keeps the id (register without an id for a new one)"
+            )
         if previous is not None:
             record.stale = previous.stale
+        record.token = new_token()
         self.router.upsert_worker(
             record.worker_id, record.role, record.capacity_blocks, record.address
         )
@@ -111,9 +146,12 @@ class WorkerTable:
                 }
             },
         )
+        return record.token
 
-    def heartbeat(self, worker_id: int, queued: int, decode_blocks: int, requests: int) -> None:
-        record = self.get(worker_id)
+    def heartbeat(
+        self, worker_id: int, token: int, queued: int, decode_blocks: int, requests: int
+    ) -> None:
+        record = self.proven(worker_id, token)
         record.last_heartbeat = time.monotonic()
         record.queued_prefill_tokens = queued
         record.active_decode_blocks = decode_blocks

@@ -148,7 +148,7 @@ proptest! {
             prop_assert!(tree.num_nodes() <= 24);
             check_invariants(&tree);
         }
-        let restored = PrefixTree::from_snapshot(&tree.to_snapshot()).unwrap();
+        let (restored, _) = PrefixTree::from_snapshot(&tree.to_snapshot(SnapshotMarks::default())).unwrap();
         check_invariants(&restored);
     }
 }

@@ -10,12 +10,14 @@ mod holding;
 mod overlap;
 mod owner_sets;
 mod snapshot;
+mod snapshot_frame;
 mod tree;
 mod validate;
 mod workers;
 
 pub use events::{ApplyOutcome, BlockContent, EventBatch, IndexError, KvEvent, SeqStatus};
 pub use overlap::{OverlapScores, TierDepths};
+pub use snapshot::SnapshotMarks;
 pub use tree::PrefixTree;
 
 use crate::ids::{SeqHash, WorkerId};
@@ -189,12 +191,14 @@ impl PrefixIndex {
             .collect()
     }
 
-    pub fn snapshot(&self) -> Vec<u8> {
-        self.tree.read().to_snapshot()
+    pub fn snapshot(&self, marks: SnapshotMarks) -> Vec<u8> {
+        self.tree.read().to_snapshot(marks)
     }
 
-    pub fn restore(bytes: &[u8]) -> Result<PrefixIndex, IndexError> {
-        PrefixTree::from_snapshot(bytes).map(Self::from_tree)
+    /// The index a snapshot holds, and the marks stored with it. A snapshot
+    /// that is truncated, corrupt or of another format is refused.
+    pub fn restore(bytes: &[u8]) -> Result<(PrefixIndex, SnapshotMarks), IndexError> {
+        PrefixTree::from_snapshot(bytes).map(|(tree, marks)| (Self::from_tree(tree), marks))
     }
 }
 
@@ -202,5 +206,7 @@ impl PrefixIndex {
 mod fuzz_tests;
 #[cfg(test)]
 mod model_tests;
+#[cfg(test)]
+mod snapshot_tests;
 #[cfg(test)]
 mod tests;

@@ -291,7 +291,7 @@ proptest! {
             queries.dedup();
             check(&model, &idx, &queries);
         }
-        let restored = PrefixIndex::restore(&idx.snapshot()).unwrap();
+        let (restored, _) = PrefixIndex::restore(&idx.snapshot(SnapshotMarks::default())).unwrap();
         check(&model, &restored, &queries);
     }
 }

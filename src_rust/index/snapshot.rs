@@ -1,18 +1,28 @@
 //! Dump and load of the confirmed index, with each worker's stream position,
 //! so a restarted router resumes instead of rebuilding. Approximate entries
 //! are predictions with a short life and are not kept. Nodes are written in
-//! arena order, which keeps stored sequences adjacent after a load.
+//! arena order, which keeps stored sequences adjacent after a load. The
+//! bytes are sealed with a length and a checksum (snapshot_frame.rs).
 
 use super::events::IndexError;
 use super::holding::{Holding, TierSet};
+use super::snapshot_frame;
 use super::tree::PrefixTree;
 use crate::ids::{EngineBlockId, SeqHash, WorkerId};
 use serde::{Deserialize, Serialize};
 
-const MAGIC: &[u8; 8] = b"KVRIDX02";
+/// Counters the index's owner keeps with the index, covered by the same
+/// checksum: where in an event stream the snapshot stands (a replica's
+/// JetStream position) and the next worker id the registry may assign.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotMarks {
+    pub stream_position: u64,
+    pub next_worker_id: u64,
+}
 
 #[derive(Serialize, Deserialize)]
 struct Snapshot {
+    marks: SnapshotMarks,
     block_size: u64,
     max_nodes: Option<u64>,
     workers: Vec<WorkerRecord>,
@@ -34,7 +44,7 @@ struct NodeRecord {
 }
 
 impl PrefixTree {
-    pub fn to_snapshot(&self) -> Vec<u8> {
+    pub fn to_snapshot(&self, marks: SnapshotMarks) -> Vec<u8> {
         let mut position = vec![u32::MAX; self.workers.slot_bound()];
         let workers = self
             .workers
@@ -73,22 +83,21 @@ impl PrefixTree {
             })
             .collect();
         let snapshot = Snapshot {
+            marks,
             block_size: self.block_size as u64,
             max_nodes: self.max_nodes.map(|m| m as u64),
             workers,
             nodes,
         };
-        let mut bytes = MAGIC.to_vec();
-        bincode::serialize_into(&mut bytes, &snapshot).expect("serializing to memory cannot fail");
-        bytes
+        let body = bincode::serialize(&snapshot).expect("serializing to memory cannot fail");
+        snapshot_frame::seal(&body)
     }
 
-    pub fn from_snapshot(bytes: &[u8]) -> Result<PrefixTree, IndexError> {
+    pub fn from_snapshot(bytes: &[u8]) -> Result<(PrefixTree, SnapshotMarks), IndexError> {
         let bad = |why: String| IndexError::BadSnapshot(why);
-        let body = bytes
-            .strip_prefix(MAGIC.as_slice())
-            .ok_or_else(|| bad("not a kvrouter index snapshot (wrong magic or version)".into()))?;
-        let snapshot: Snapshot = bincode::deserialize(body).map_err(|e| bad(e.to_string()))?;
+        let body = snapshot_frame::open(bytes).map_err(bad)?;
+        let snapshot: Snapshot =
+            bincode::deserialize(body).map_err(|e| bad(format!("undecodable body: {e}")))?;
         if snapshot.block_size == 0 {
             return Err(bad("block_size is 0".into()));
         }
@@ -128,6 +137,6 @@ impl PrefixTree {
                 }
             }
         }
-        Ok(tree)
+        Ok((tree, snapshot.marks))
     }
 }

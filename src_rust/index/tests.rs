@@ -379,7 +379,12 @@ fn snapshot_round_trips_blocks_tiers_and_sequence_numbers() {
     .unwrap();
     idx.insert_approximate(WorkerId(3), &seqs(&all), std::time::Duration::from_secs(60))
         .unwrap();
-    let restored = PrefixIndex::restore(&idx.snapshot()).unwrap();
+    let marks = SnapshotMarks {
+        stream_position: 7,
+        next_worker_id: 9,
+    };
+    let (restored, kept) = PrefixIndex::restore(&idx.snapshot(marks)).unwrap();
+    assert_eq!(kept, marks);
     let scores = restored.find_matches(&seqs(&all), false);
     assert_eq!(scores.depth(WorkerId(1)), 3);
     assert_eq!(scores.get(WorkerId(2)).unwrap().disk, 1);

@@ -7,6 +7,7 @@ use crate::hashing::DEFAULT_BLOCK_SIZE;
 use crate::ids::{SeqHash, WorkerId};
 use crate::index::{
     ApplyOutcome, EventBatch, IndexConfig, IndexError, OverlapScores, PrefixIndex, SeqStatus,
+    SnapshotMarks,
 };
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyValueError};
 use pyo3::prelude::*;
@@ -346,18 +347,42 @@ impl PyPrefixIndex {
         Ok(dict)
     }
 
-    /// The confirmed index and every worker's stream position, as bytes.
-    fn snapshot<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        let bytes = py.detach(|| self.0.snapshot());
+    /// The confirmed index and every worker's stream position, as bytes
+    /// sealed with a checksum, with the owner's two counters.
+    #[pyo3(signature = (*, stream_position = 0, next_worker_id = 0))]
+    fn snapshot<'py>(
+        &self,
+        py: Python<'py>,
+        stream_position: u64,
+        next_worker_id: u64,
+    ) -> Bound<'py, PyBytes> {
+        let marks = SnapshotMarks {
+            stream_position,
+            next_worker_id,
+        };
+        let bytes = py.detach(|| self.0.snapshot(marks));
         PyBytes::new(py, &bytes)
     }
 
-    /// An index loaded from `snapshot()` bytes.
+    /// An index loaded from `snapshot()` bytes; ValueError, naming what is
+    /// wrong, for bytes that are truncated, corrupt or of another format.
     #[staticmethod]
     fn restore(py: Python<'_>, data: &[u8]) -> PyResult<PyPrefixIndex> {
-        py.detach(|| PrefixIndex::restore(data))
-            .map(PyPrefixIndex)
-            .map_err(to_pyerr)
+        Self::restore_marked(py, data).map(|(index, _)| index)
+    }
+
+    /// `restore`, with the counters stored with the snapshot:
+    /// (index, {"stream_position", "next_worker_id"}).
+    #[staticmethod]
+    fn restore_marked<'py>(
+        py: Python<'py>,
+        data: &[u8],
+    ) -> PyResult<(PyPrefixIndex, Bound<'py, PyDict>)> {
+        let (index, marks) = py.detach(|| PrefixIndex::restore(data)).map_err(to_pyerr)?;
+        let dict = PyDict::new(py);
+        dict.set_item("stream_position", marks.stream_position)?;
+        dict.set_item("next_worker_id", marks.next_worker_id)?;
+        Ok((PyPrefixIndex(index), dict))
     }
 
     fn __repr__(&self) -> String {

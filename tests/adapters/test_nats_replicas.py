@@ -15,8 +15,8 @@ import pytest
 from kvrouter.adapters.nats import JetStreamSink, NatsConfig, ensure_stream
 from kvrouter.adapters.nats.codec import decode_batch, encode_batch
 from kvrouter.adapters.nats.stream import last_stream_seq
+from kvrouter.service import snapshot_file
 from kvrouter.service.replicas import IndexReplica
-from kvrouter.service.replicas.snapshot_store import load_snapshot
 
 from .conftest import until
 from .replica_workload import reference_index, view, workload
@@ -25,6 +25,11 @@ nats = pytest.importorskip("nats", reason="the adapters extra (nats-py) is not i
 
 WORKERS = [11, 12, 13, 14]
 REPO = Path(__file__).resolve().parents[2]
+
+
+def stream_position(snapshot: Path) -> int:
+    restored = snapshot_file.load(snapshot, "exit")
+    return restored[1]["stream_position"] if restored else 0
 
 
 def run(coro):
@@ -97,15 +102,13 @@ def test_a_killed_replica_resumes_from_its_snapshot_without_losing_events(nats_u
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )
         try:
-            await until(
-                lambda: (load_snapshot(snapshot) or (0,))[0] >= 50, "the replica's first snapshots"
-            )
+            await until(lambda: stream_position(snapshot) >= 50, "the replica's first snapshots")
             await publish(nats_url, batches[200:300])
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
         await publish(nats_url, batches[300:])
-        resumed_at, _ = load_snapshot(snapshot)
+        resumed_at = stream_position(snapshot)
         assert 50 <= resumed_at < len(batches)
 
         nc = await nats.connect(servers=[nats_url])
@@ -117,7 +120,7 @@ def test_a_killed_replica_resumes_from_its_snapshot_without_losing_events(nats_u
         # It read on from its snapshot, not the whole stream again.
         assert a.stats["batches"] == len(batches) - resumed_at
         await a.stop()
-        assert load_snapshot(snapshot)[0] == len(batches)
+        assert stream_position(snapshot) == len(batches)
         await nc.close()
 
     run(scenario())

@@ -22,7 +22,6 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from kvrouter import PrefixIndex
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 from kvrouter.service import ServiceConfig
@@ -33,8 +32,8 @@ nats = pytest.importorskip("nats", reason="the adapters extra (nats-py) is not i
 
 from kvrouter.adapters.nats import JetStreamWorkerPublisher, NatsConfig  # noqa: E402
 from kvrouter.cli import main as kvrouter_main  # noqa: E402
+from kvrouter.service import snapshot_file  # noqa: E402
 from kvrouter.service.replicas import ReplicaServer  # noqa: E402
-from kvrouter.service.replicas.snapshot_store import load_snapshot  # noqa: E402
 
 BLOCK = 16
 CALL_S = 5.0
@@ -70,6 +69,7 @@ class Replica:
         self.router = router_pb2_grpc.RouterStub(self.channel)
         self.registry = router_pb2_grpc.RegistryStub(self.channel)
         self.events = router_pb2_grpc.KvEventsStub(self.channel)
+        self.tokens: dict[int, int] = {}
 
     @property
     def name(self) -> str:
@@ -80,8 +80,9 @@ class Replica:
         return self.server.server.policy
 
     async def register(self, workers) -> None:
+        """Registers each worker; keeps their registration tokens in `tokens`."""
         for worker in workers:
-            await self.registry.Register(
+            response = await self.registry.Register(
                 pb.RegisterRequest(
                     worker_id=worker,
                     role=pb.ROLE_BOTH,
@@ -91,6 +92,7 @@ class Replica:
                 ),
                 timeout=CALL_S,
             )
+            self.tokens[worker] = response.registration_token
 
     async def route(self, request_id: str, tokens: list[int], packed: bool = False):
         request = pb.RouteRequest(request_id=request_id, explain=True)
@@ -236,7 +238,11 @@ def test_heartbeat_load_reaches_the_shared_policy(nats_url):
         async with replicas(nats_url, "router-a") as (a,):
             await a.register([1, 2])
             await a.registry.Heartbeat(
-                pb.HeartbeatRequest(worker_id=1, queued_prefill_tokens=10_000_000),
+                pb.HeartbeatRequest(
+                    worker_id=1,
+                    queued_prefill_tokens=10_000_000,
+                    registration_token=a.tokens[1],
+                ),
                 timeout=CALL_S,
             )
             assert a.policy.load(1)[0] == 10_000_000
@@ -341,10 +347,10 @@ def test_kvrouter_serve_process_serves_a_replica_and_snapshots_at_sigterm(nats_u
         run(scenario())
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
-        position, data = load_snapshot(snapshot)
+        index, marks = snapshot_file.load(snapshot, "exit")
         # It covers the batch that brought the worker's blocks.
-        assert position >= 1
-        assert PrefixIndex.restore(data).workers()[2][0] == 16
+        assert marks["stream_position"] >= 1
+        assert index.workers()[2][0] == 16
     finally:
         if proc.poll() is None:
             proc.kill()

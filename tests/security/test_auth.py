@@ -75,7 +75,8 @@ def test_roles_are_limited_to_their_methods(router, registry):
 
 
 def test_a_worker_cannot_act_as_another(router, registry):
-    assert register(registry, "worker:1").worker_id == 1  # no id given: its own
+    own = register(registry, "worker:1")
+    assert own.worker_id == 1  # no id given: its own
     register(registry, "admin", 2)
     denied = grpc.StatusCode.PERMISSION_DENIED
     assert code_of(lambda: register(registry, "worker:1", 2)) == denied
@@ -91,7 +92,8 @@ def test_a_worker_cannot_act_as_another(router, registry):
         )
         assert code_of(lambda: list(replies)) == denied
     # Worker 2 is untouched, and worker 1 may still heartbeat for itself.
-    registry.Heartbeat(pb.HeartbeatRequest(worker_id=1), metadata=bearer("worker:1"))
+    beat = pb.HeartbeatRequest(worker_id=1, registration_token=own.registration_token)
+    registry.Heartbeat(beat, metadata=bearer("worker:1"))
     listed = registry.List(pb.ListWorkersRequest(), metadata=bearer("client"))
     assert [w.worker_id for w in listed.workers] == [1, 2]
 

@@ -33,7 +33,7 @@ from kvrouter.adapters.nats.codec import decode_batch
 from kvrouter.adapters.nats.config import NatsConfig, check_name
 from kvrouter.adapters.nats.stream import ensure_stream
 from kvrouter.adapters.sink import apply_batch
-from kvrouter.service.replicas.snapshot_store import load_snapshot, save_snapshot
+from kvrouter.service import snapshot_file
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +49,17 @@ class IndexReplica:
         max_blocks: int | None = None,
         snapshot_path: str | Path | None = None,
         snapshot_interval_s: float = 30.0,
+        on_bad_snapshot: str = "empty",
         fetch_batch: int = 512,
     ) -> None:
+        """`on_bad_snapshot`: "empty" or "exit", as in ServiceConfig."""
         self.nc = nc
         self.js = nc.jetstream()
         self.config = config
         self.name = check_name(name)
         self.snapshot_path = Path(snapshot_path) if snapshot_path else None
         self.snapshot_interval_s = snapshot_interval_s
+        self.on_bad_snapshot = on_bad_snapshot
         self.fetch_batch = fetch_batch
         self.index = PrefixIndex(block_size, max_blocks)
         # The last stream sequence number applied to the index.
@@ -70,10 +73,13 @@ class IndexReplica:
     async def start(self) -> None:
         if self._task is not None:
             raise RuntimeError("already started")
-        restored = load_snapshot(self.snapshot_path) if self.snapshot_path else None
+        restored = None
+        if self.snapshot_path is not None:
+            snapshot_file.check_writable(self.snapshot_path)
+            restored = snapshot_file.load(self.snapshot_path, self.on_bad_snapshot)
         if restored is not None:
-            self.position, data = restored
-            index = PrefixIndex.restore(data)
+            index, marks = restored
+            self.position = marks["stream_position"]
             if index.block_size != self.index.block_size:
                 raise ValueError(
                     f"snapshot {self.snapshot_path} has block size "
@@ -103,8 +109,9 @@ class IndexReplica:
     async def save(self) -> None:
         if self.snapshot_path is None:
             return
-        position, data = self.position, await asyncio.to_thread(self.index.snapshot)
-        await asyncio.to_thread(save_snapshot, self.snapshot_path, position, data)
+        data = await asyncio.to_thread(self.index.snapshot, stream_position=self.position)
+        if not await asyncio.to_thread(snapshot_file.save, self.snapshot_path, data):
+            return
         self.stats["snapshots"] += 1
         self._last_snapshot = time.monotonic()
 

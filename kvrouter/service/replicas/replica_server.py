@@ -50,6 +50,7 @@ class ReplicaServer:
             block_size=config.block_size,
             max_blocks=config.max_index_blocks or None,
             snapshot_path=config.snapshot_path or None,
+            on_bad_snapshot=config.on_bad_snapshot,
             make_router=lambda index: service_router(index, config, share_bookings=True),
         )
         self.server: RouterServer | None = None

@@ -32,6 +32,7 @@ class RouterReplica:
         max_blocks: int | None = None,
         snapshot_path: str | Path | None = None,
         snapshot_interval_s: float = 30.0,
+        on_bad_snapshot: str = "empty",
         book_interval_s: float = 2.0,
         make_router: Callable[[PrefixIndex], Router] | None = None,
     ) -> None:
@@ -42,6 +43,7 @@ class RouterReplica:
         self.max_blocks = max_blocks
         self.snapshot_path = snapshot_path
         self.snapshot_interval_s = snapshot_interval_s
+        self.on_bad_snapshot = on_bad_snapshot
         self.book_interval_s = book_interval_s
         self.nc = None
         self.events: IndexReplica | None = None
@@ -63,6 +65,7 @@ class RouterReplica:
             max_blocks=self.max_blocks,
             snapshot_path=self.snapshot_path,
             snapshot_interval_s=self.snapshot_interval_s,
+            on_bad_snapshot=self.on_bad_snapshot,
         )
         await self.events.start()
         # The router reads the index the replica restored or created.
