@@ -65,6 +65,9 @@ class LocalCluster:
         self.target = ""
         self.router: subprocess.Popen | None = None
         self.workers: dict[int, subprocess.Popen] = {}
+        # Restarted workers' addresses before the restart: until the new
+        # process registers, the router still lists the old one.
+        self._replaced: dict[int, str] = {}
         self._client: RouterClient | None = None
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -113,6 +116,10 @@ class LocalCluster:
     def start_worker(self, worker_id: int) -> None:
         """Starts (or restarts) worker `worker_id` with its role from `roles`."""
         role = self.roles[worker_id - 1]
+        if worker_id in self.workers and self._client is not None:
+            listed = {w.worker_id: w.address for w in self._client.list_workers()}
+            if worker_id in listed:
+                self._replaced[worker_id] = listed[worker_id]
         args = ["worker", "--model", self.model, "--router", self.target, "--role", role]
         args += ["--worker-id", str(worker_id), "--log-format", "text", *self.worker_args]
         self.workers[worker_id] = self._spawn(self._log_name(worker_id), args, {})
@@ -121,7 +128,8 @@ class LocalCluster:
         return f"worker-{worker_id}-{self.roles[worker_id - 1]}"
 
     def wait_for_workers(self, deadline: float | None = None) -> list[WorkerInfo]:
-        """Waits until every running worker is registered and routable."""
+        """Waits until every running worker is registered and routable, a
+        restarted one under its new process."""
         deadline = deadline or time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             for worker_id, process in self.workers.items():
@@ -136,8 +144,13 @@ class LocalCluster:
                 infos = self._client.list_workers()
             except Exception:
                 infos = []
-            ready = {w.worker_id for w in infos if w.routable}
+            ready = {
+                w.worker_id
+                for w in infos
+                if w.routable and w.address != self._replaced.get(w.worker_id)
+            }
             if alive <= ready:
+                self._replaced.clear()
                 return infos
             time.sleep(0.1)
         raise ClusterError(f"workers did not register in time; see {self.log_dir}")
