@@ -3,67 +3,14 @@ ids, drains on SIGTERM, and keeps its index across restarts via a snapshot."""
 
 from __future__ import annotations
 
-import json
-import os
-import queue
-import signal
 import subprocess
 import sys
-import threading
+
+from serve_process import ServeProcess
 
 from kvrouter.client import KvEventPublisher, RouterClient, WorkerRegistration
 
 from .helpers import prompt
-
-
-class ServeProcess:
-    def __init__(self, *flags: str, env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kvrouter.cli",
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "",
-                *flags,
-            ],
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
-        self.lines: queue.Queue = queue.Queue()
-        self.seen: list[dict] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-        self.port = self.wait_for("router serving")["port"]
-        self.target = f"127.0.0.1:{self.port}"
-
-    def _pump(self) -> None:
-        for line in self.proc.stderr:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_for(self, msg: str, timeout: float = 30.0) -> dict:
-        for record in self.seen:
-            if record["msg"] == msg:
-                return record
-        while (line := self.lines.get(timeout=timeout)) is not None:
-            record = json.loads(line)
-            self.seen.append(record)
-            if record["msg"] == msg:
-                return record
-        raise AssertionError(f"the router exited before logging {msg!r}")
-
-    def terminate(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=30)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def test_sigterm_drains_and_the_snapshot_survives_a_restart(tmp_path):
