@@ -19,19 +19,17 @@ log = logging.getLogger("kvrouter.service.stalls")
 class StallGuard:
     """Call `may_expire(now)` at each wake-up of the expiry loop."""
 
-    def __init__(self, period_s: float, grace_s: float, now: float | None = None) -> None:
+    def __init__(self, period_s: float, grace_s: float) -> None:
         self.period_s = period_s
         self.grace_s = grace_s
-        self._last_wake = time.monotonic() if now is None else now
+        self._last_wake = time.monotonic()
         self._held_until = 0.0
-        self.stalls = 0
 
     def may_expire(self, now: float) -> bool:
         """False while expiry is held after a stall longer than a period."""
         stalled_s = now - self._last_wake - self.period_s
         self._last_wake = now
         if stalled_s > self.period_s:
-            self.stalls += 1
             self._held_until = now + self.grace_s
             log.warning(
                 "router stalled; expiry held",
