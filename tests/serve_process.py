@@ -1,5 +1,6 @@
 """`kvrouter serve` started for real as a process on 127.0.0.1, its JSON log
-read line by line: what the service and reliability tests share."""
+read line by line: what the tests that start or signal a real router share
+(drain, kill, pause, start-up)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,15 @@ def serve_command(*flags: str) -> list[str]:
 
 
 class ServeProcess:
-    """A started router: waits for it to log "router serving"."""
+    """A started router: waits for it to log "router serving". `listen` may
+    name a fixed port, so that a restarted router is found where its clients
+    already look."""
 
-    def __init__(self, *flags: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *flags: str, env: dict[str, str] | None = None, listen: str = "127.0.0.1:0"
+    ) -> None:
         self.proc = subprocess.Popen(
-            serve_command("--listen", "127.0.0.1:0", *flags),
+            serve_command("--listen", listen, *flags),
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, **(env or {})},
@@ -48,6 +53,17 @@ class ServeProcess:
             if record["msg"] == msg:
                 return record
         raise AssertionError(f"the router exited before logging {msg!r}")
+
+    def logged(self, msg: str) -> list[dict]:
+        """The records logged so far with this message."""
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                break
+            if line is not None:
+                self.seen.append(json.loads(line))
+        return [record for record in self.seen if record["msg"] == msg]
 
     def terminate(self) -> int:
         self.proc.send_signal(signal.SIGTERM)

@@ -94,24 +94,39 @@ class LocalCluster:
         return self
 
     def _start_router(self, deadline: float) -> None:
-        policy = "kvrouter" if self.policy == "kv" else self.policy
-        env = {"KVROUTER_POLICY_POLICY": policy, **self.router_env}
         for _ in range(3):  # a port picked as free may be taken before the router binds it
-            self.target = f"127.0.0.1:{free_port()}"
-            args = ["serve", "--listen", self.target, "--metrics-listen", "", "--log-format"]
-            args += ["text", "--log-decisions", "false", *self.router_args]
-            self.router = self._spawn("router", args, env)
-            self._client = RouterClient(self.target, timeout=2.0)
-            while self.router.poll() is None and time.monotonic() < deadline:
-                try:
-                    self._client.list_workers()
-                    return
-                except Exception:
-                    time.sleep(0.1)
-            self._client.close()
+            if self._spawn_router(f"127.0.0.1:{free_port()}", deadline):
+                return
             if self.router.poll() is None:
                 break
         raise ClusterError(f"the router did not start; see {self.log_dir / 'router.log'}")
+
+    def restart_router(self) -> None:
+        """Starts the router again at its address, once the last one has
+        exited (a test killed or stopped it); the workers find it there."""
+        if not self._spawn_router(self.target, time.monotonic() + self.start_timeout_s):
+            raise ClusterError(f"the router did not restart; see {self.log_dir / 'router.log'}")
+
+    def _spawn_router(self, target: str, deadline: float) -> bool:
+        """Starts the router at `target`; True once it answers."""
+        policy = "kvrouter" if self.policy == "kv" else self.policy
+        env = {"KVROUTER_POLICY_POLICY": policy, **self.router_env}
+        self.target = target
+        args = ["serve", "--listen", target, "--metrics-listen", "", "--log-format"]
+        args += ["text", "--log-decisions", "false", *self.router_args]
+        if self._client is not None:
+            self._client.close()
+        self.router = self._spawn("router", args, env)
+        self._client = RouterClient(target, timeout=2.0)
+        while self.router.poll() is None and time.monotonic() < deadline:
+            try:
+                self._client.list_workers()
+                return True
+            except Exception:
+                time.sleep(0.1)
+        self._client.close()
+        self._client = None
+        return False
 
     def start_worker(self, worker_id: int) -> None:
         """Starts (or restarts) worker `worker_id` with its role from `roles`."""

@@ -55,6 +55,10 @@ class ServiceConfig:
     # What workers are told to use, and how long a silent worker is kept.
     heartbeat_interval_s: float = 1.0
     heartbeat_ttl_s: float = 5.0
+    # How long a worker with index entries may go without an event stream
+    # (its publisher down while its heartbeats go on) before it stops being
+    # routable; it is routable again once a stream returns level or resyncs.
+    event_stream_ttl_s: float = 5.0
     # On SIGTERM: how long in-flight calls may take to finish.
     drain_grace_s: float = 10.0
     # Index snapshot file: restored at start, written at shutdown; empty: none.
@@ -113,6 +117,8 @@ class ServiceConfig:
             raise ValueError("max_prompt_tokens must be positive")
         if not 0 < self.heartbeat_interval_s < self.heartbeat_ttl_s:
             raise ValueError("need 0 < heartbeat_interval_s < heartbeat_ttl_s")
+        if self.event_stream_ttl_s <= 0:
+            raise ValueError("event_stream_ttl_s must be positive")
         if self.drain_grace_s < 0:
             raise ValueError("drain_grace_s must be >= 0")
         if isinstance(self.nats, str):

@@ -7,6 +7,10 @@ ResyncRequest(expected_seq) otherwise. Batches are then applied in order.
 A batch that skips ahead is not applied: the worker is marked stale (not
 routable), later batches are dropped until the missing one arrives (a replay
 from the worker's buffer) or a full dump (`resync`) replaces its entries.
+
+A worker with index entries but no open stream for `stream_ttl_s` is stale
+too: its publisher is down while its heartbeats go on, so its cache changes
+unseen. A stream back level with the index, or its resync, clears the mark.
 """
 
 from __future__ import annotations
@@ -53,9 +57,11 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
         workers: WorkerTable,
         metrics: ServiceMetrics,
         *,
+        stream_ttl_s: float,
         refusal: str = "",
     ) -> None:
         self.index = index
+        self.stream_ttl_s = stream_ttl_s
         # Set when the index takes its events from elsewhere: every Publish
         # stream is refused with it (FAILED_PRECONDITION).
         self.refusal = refusal
@@ -64,6 +70,10 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
         self._streams: dict[int, _Stream] = {}
         # Workers whose index entries await a resync: the batch number expected.
         self._awaiting: dict[int, int] = {}
+        # Workers with index entries and no stream: since when (monotonic).
+        self._streamless_since: dict[int, float] = {}
+        # Those of them stale for it.
+        self._stream_lapsed: set[int] = set()
 
     def _expected(self, worker_id: int) -> int:
         return self.index.workers().get(worker_id, (0, 0))[1]
@@ -90,8 +100,31 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
         """Ends the worker's stream (it left or lapsed) and forgets its resync."""
         stream = self._streams.pop(worker_id, None)
         self._awaiting.pop(worker_id, None)
+        self._streamless_since.pop(worker_id, None)
+        self._stream_lapsed.discard(worker_id)
         if stream is not None:
             stream.close(ServiceError(grpc.StatusCode.NOT_FOUND, f"worker {worker_id} {reason}"))
+
+    def mark_streamless(self, now: float) -> None:
+        """Marks stale each worker with index entries that has had no stream
+        for `stream_ttl_s`. (The index of a router that takes its events from
+        elsewhere follows that stream alone.)"""
+        if self.refusal:
+            return
+        indexed = self.index.workers()
+        for record in self.workers.records():
+            worker_id = record.worker_id
+            if worker_id in self._streams or worker_id not in indexed:
+                self._streamless_since.pop(worker_id, None)
+                continue
+            since = self._streamless_since.setdefault(worker_id, now)
+            if now - since > self.stream_ttl_s and worker_id not in self._stream_lapsed:
+                self._stream_lapsed.add(worker_id)
+                self.workers.set_stale(worker_id, True)
+                log.warning(
+                    "no event stream; worker not routable until it resyncs",
+                    extra={"fields": {"worker_id": worker_id, "ttl_s": self.stream_ttl_s}},
+                )
 
     def close_all(self, reason: str) -> None:
         for stream in self._streams.values():
@@ -133,9 +166,15 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
         if previous is not None:
             previous.close(ServiceError(grpc.StatusCode.ABORTED, "replaced by a newer stream"))
         stream = self._streams[hello.worker_id] = _Stream(hello.worker_id)
+        self._streamless_since.pop(hello.worker_id, None)
+        lapsed = hello.worker_id in self._stream_lapsed
+        self._stream_lapsed.discard(hello.worker_id)
         expected = self._expected(hello.worker_id)
         if expected == hello.next_seq and hello.worker_id not in self._awaiting:
             stream.send(pb.PublishReply(ack=pb.Ack(next_seq=expected)))
+            if lapsed:
+                # Level with the index: nothing changed while it was away.
+                self.workers.set_stale(hello.worker_id, False)
         else:
             self.request_resync(
                 hello.worker_id,

@@ -13,6 +13,7 @@ import gc
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 
 import grpc
@@ -34,6 +35,7 @@ from kvrouter.service.generate import GenerationProxy, ProxyingRouterService
 from kvrouter.service.metrics import ServiceMetrics
 from kvrouter.service.registry import RegistryService
 from kvrouter.service.routing import service_router
+from kvrouter.service.stalls import StallGuard
 from kvrouter.service.workers import WorkerTable
 
 log = logging.getLogger("kvrouter.service.server")
@@ -103,7 +105,13 @@ class RouterServer:
             next_id=next_worker_id,
         )
         refusal = "" if self.owns_index else EVENTS_ELSEWHERE
-        self.events = EventIngest(self.index, self.workers, self.metrics, refusal=refusal)
+        self.events = EventIngest(
+            self.index,
+            self.workers,
+            self.metrics,
+            stream_ttl_s=config.event_stream_ttl_s,
+            refusal=refusal,
+        )
         self.generation = GenerationProxy(self.policy, self.workers, config, config.proxy)
         self.routing = ProxyingRouterService(
             self.policy, self.workers, self.metrics, config, generation=self.generation
@@ -218,11 +226,16 @@ class RouterServer:
 
     async def _expire_loop(self) -> None:
         period = min(self.config.heartbeat_interval_s, self.config.heartbeat_ttl_s / 4)
+        stalls = StallGuard(period, grace_s=self.config.heartbeat_ttl_s)
         while True:
             await asyncio.sleep(period)
-            for worker_id in self.workers.expire():
+            now = time.monotonic()
+            if not stalls.may_expire(now):
+                continue
+            for worker_id in self.workers.expire(now):
                 self.metrics.expirations.inc()
                 self.events.close_stream(worker_id, "missed its heartbeats")
+            self.events.mark_streamless(now)
 
     async def _forget_unclaimed(self) -> None:
         """Drops restored index entries of workers that never re-register."""

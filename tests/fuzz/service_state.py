@@ -25,7 +25,9 @@ class ServiceState:
         self.metrics = ServiceMetrics()
         self.workers = WorkerTable(self.policy, self.index, self.config.heartbeat_ttl_s)
         self.workers.register(WorkerRecord(WORKER, "both", "w1:1", BLOCK, 10_000))
-        self.events = EventIngest(self.index, self.workers, self.metrics)
+        self.events = EventIngest(
+            self.index, self.workers, self.metrics, stream_ttl_s=self.config.event_stream_ttl_s
+        )
         self.routing = RouterService(self.policy, self.workers, self.metrics, self.config)
 
     def snapshot(self):

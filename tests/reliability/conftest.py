@@ -40,9 +40,12 @@ def spawn_worker():
     """Starts worker_process.py and waits for its "ready"; kills it after the test."""
     processes: list[subprocess.Popen] = []
 
-    def spawn(target: str, worker_id: int, seed: int, blocks: int) -> subprocess.Popen:
+    def spawn(
+        target: str, worker_id: int, seed: int, blocks: int, churn: bool = False
+    ) -> subprocess.Popen:
+        args = [target, str(worker_id), str(seed), str(blocks), *(["churn"] if churn else [])]
         process = subprocess.Popen(
-            [sys.executable, str(WORKER_SCRIPT), target, str(worker_id), str(seed), str(blocks)],
+            [sys.executable, str(WORKER_SCRIPT), *args],
             stdout=subprocess.PIPE,
             text=True,
         )

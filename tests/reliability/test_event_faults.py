@@ -4,11 +4,8 @@ delivery builds (checked against a reference index fed in order)."""
 
 from __future__ import annotations
 
-import queue
 import random
-import threading
 
-import grpc
 import pytest
 from waiting import wait_until
 
@@ -17,7 +14,8 @@ from kvrouter.client import WorkerRegistration
 from kvrouter.events.core import core_events
 from kvrouter.events.proto import events_from_proto
 from kvrouter.proto_gen import router_pb2 as pb
-from kvrouter.proto_gen import router_pb2_grpc
+
+from .publish_stream import Stream
 
 BLOCK = 16
 BATCHES = 40
@@ -60,32 +58,6 @@ def perturbed(batches: list[pb.EventBatch], rng: random.Random) -> list[pb.Event
         if 0.4 <= roll < 0.6:
             held = out.pop()
     return out + ([held] if held is not None else [])
-
-
-class Stream:
-    """One Publish stream; replies are collected by a thread."""
-
-    def __init__(self, target: str, hello: pb.PublishHello) -> None:
-        self.channel = grpc.insecure_channel(target)
-        self._out: queue.Queue = queue.Queue()
-        self._out.put(pb.PublishRequest(hello=hello))
-        self.replies: queue.Queue = queue.Queue()
-        calls = router_pb2_grpc.KvEventsStub(self.channel).Publish(iter(self._out.get, None))
-        threading.Thread(target=self._collect, args=(calls,), daemon=True).start()
-
-    def _collect(self, calls) -> None:
-        try:
-            for reply in calls:
-                self.replies.put(reply)
-        except grpc.RpcError:
-            pass
-
-    def send(self, batch: pb.EventBatch) -> None:
-        self._out.put(pb.PublishRequest(batch=batch))
-
-    def close(self) -> None:
-        self._out.put(None)
-        self.channel.close()
 
 
 def reference_index(batches: list[pb.EventBatch]) -> PrefixIndex:

@@ -1,8 +1,9 @@
 """A worker process for the crash tests: registers, publishes a cache of
 `blocks` blocks (and dumps it on request), prints "ready", then waits to be
-killed.
+killed. With `churn`, it keeps caching and evicting one more block, so that
+events are in flight whenever the router fails.
 
-    python worker_process.py TARGET WORKER_ID SEED BLOCKS
+    python worker_process.py TARGET WORKER_ID SEED BLOCKS [churn]
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def prompt(seed: int, blocks: int) -> list[int]:
 
 def main() -> None:
     target, worker_id, seed, blocks = sys.argv[1], *map(int, sys.argv[2:5])
+    churn = sys.argv[5:] == ["churn"]
     block_ids = [seed * 1_000 + i for i in range(blocks)]
     tokens = prompt(seed, blocks)
 
@@ -38,8 +40,15 @@ def main() -> None:
     if not publisher.flush(timeout=20):
         sys.exit("events not acknowledged")
     print("ready", flush=True)
+    # Held in no dump: each eviction follows its store at once.
+    passing_id, passing_tokens = seed * 1_000 + blocks, prompt(seed + 500, 1)
     while True:
-        time.sleep(60)
+        if not churn:
+            time.sleep(60)
+            continue
+        publisher.stored(None, [passing_id], passing_tokens)
+        publisher.removed([passing_id])
+        time.sleep(0.01)
 
 
 if __name__ == "__main__":
