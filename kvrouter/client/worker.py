@@ -15,13 +15,17 @@ import grpc
 
 from kvrouter.client.background import BackgroundLoop
 from kvrouter.client.convert import ROLE_VALUES, rpc_error
-from kvrouter.client.types import Registration, WorkerLoad
+from kvrouter.client.types import Registration, Unavailable, WorkerLoad
 from kvrouter.net.channels import CHANNEL_OPTIONS, aio_channel
 from kvrouter.net.credentials import Credentials
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 
 log = logging.getLogger("kvrouter.client.worker")
+
+# Backoff while waiting for a router that is not up yet.
+ROUTER_WAIT_INITIAL_S = 0.2
+ROUTER_WAIT_MAX_S = 5.0
 
 
 class WorkerRegistration:
@@ -63,12 +67,16 @@ class WorkerRegistration:
         self._task: asyncio.Task | None = None
         self._bg: BackgroundLoop | None = None
 
-    async def start(self) -> Registration:
-        """Registers (raising RouterError if refused) and starts heartbeats."""
+    async def start(self, *, wait_for_router: bool = False) -> Registration:
+        """Registers (raising RouterError if refused) and starts heartbeats.
+        With `wait_for_router`, a router that is not up yet (UNAVAILABLE) is
+        waited for, retrying with backoff and logging each wait, as a worker
+        started before its router must (under Kubernetes, exiting would
+        crash-loop it)."""
         self._channel = aio_channel(self.target, self.credentials, CHANNEL_OPTIONS)
         self._stub = router_pb2_grpc.RegistryStub(self._channel)
         try:
-            registration = await self._register()
+            registration = await (self._register_when_up() if wait_for_router else self._register())
         except BaseException:
             await self._channel.close()
             raise
@@ -100,6 +108,19 @@ class WorkerRegistration:
             self.metadata,
         )
         return self.registration
+
+    async def _register_when_up(self) -> Registration:
+        delay = ROUTER_WAIT_INITIAL_S
+        while True:
+            try:
+                return await self._register()
+            except Unavailable as e:
+                log.info(
+                    "waiting for the router",
+                    extra={"fields": {"router": self.target, "retry_s": delay, "error": str(e)}},
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, ROUTER_WAIT_MAX_S)
 
     async def _heartbeats(self) -> None:
         while True:

@@ -130,7 +130,7 @@ class WorkerServer:
                 load=self._load,
                 credentials=self.credentials,
             )
-            worker_id = (await registration.start()).worker_id
+            worker_id = (await registration.start(wait_for_router=True)).worker_id
             self.registrations.append(registration)
         self.identity.worker_id = worker_id
         self.publisher = EventPublisher(

@@ -99,7 +99,7 @@ class VllmSidecar:
                     worker_id=stream.worker_id,
                     metadata={"engine": engine.name, "dp_rank": str(stream.dp_rank)},
                 )
-                await registration.start()
+                await registration.start(wait_for_router=True)
                 self.registrations.append(registration)
 
     async def _forward_to(self, router: str) -> None:
