@@ -4,6 +4,7 @@ on, and bounded: half-sent requests cannot pile up threads."""
 
 from __future__ import annotations
 
+import http.client
 import socket
 import ssl
 import subprocess
@@ -34,9 +35,11 @@ def get(url: str, *, token: str = "", method: str = "GET", context=None) -> tupl
 
 
 def serving(url: str) -> bool:
+    """Whether a scrape succeeds now; a connection refused, or closed because
+    every slot is taken, is a no."""
     try:
         return get(url)[0] == 200
-    except urllib.error.URLError:
+    except (OSError, http.client.HTTPException):
         return False
 
 
