@@ -10,6 +10,7 @@ import asyncio
 
 import grpc
 import pytest
+from bad_sampling import BAD_SAMPLING
 from waiting import wait_until
 
 from kvrouter.client import DeadlineExceeded, InvalidArgument
@@ -108,20 +109,6 @@ def test_bad_input_is_refused(settled):
         generate(settled.target, [1, 2, 3], 0)
     with pytest.raises(InvalidArgument, match=r"\[0, 256\)"):
         generate(settled.target, [1, 2, 100_000], 4)
-
-
-# Each is refused before routing; on a worker, each once failed every
-# request in its batch and was retried on every other worker.
-BAD_SAMPLING = [
-    ({"temperature": float("nan")}, "sampling.temperature"),
-    ({"temperature": float("inf")}, "sampling.temperature"),
-    ({"temperature": -1.0}, "sampling.temperature"),
-    ({"temperature": 1e-45}, "sampling.temperature"),
-    ({"temperature": 0.001}, "sampling.temperature"),
-    ({"temperature": 1.0, "top_p": float("nan")}, "sampling.top_p"),
-    ({"temperature": 1.0, "top_p": 1.5}, "sampling.top_p"),
-    ({"temperature": 1.0, "top_p": -0.5}, "sampling.top_p"),
-]
 
 
 def test_bad_sampling_is_refused_while_other_streams_run(settled, reference):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from bad_sampling import BAD_SAMPLING
 
 from kvrouter.proto_gen import worker_pb2 as wpb
 
@@ -15,17 +16,6 @@ from .helpers import collect, idle, prompt, request
 
 # Not a token of helpers.prompt, whose tokens start at 3.
 POISON = 2
-
-BAD_SAMPLING = [
-    ({"temperature": float("nan")}, "sampling.temperature"),
-    ({"temperature": float("inf")}, "sampling.temperature"),
-    ({"temperature": -1.0}, "sampling.temperature"),
-    ({"temperature": 1e-45}, "sampling.temperature"),
-    ({"temperature": 0.001}, "sampling.temperature"),
-    ({"temperature": 1.0, "top_p": float("nan")}, "sampling.top_p"),
-    ({"temperature": 1.0, "top_p": 1.5}, "sampling.top_p"),
-    ({"temperature": 1.0, "top_p": -0.5}, "sampling.top_p"),
-]
 
 
 def poison_logits(worker) -> None:
