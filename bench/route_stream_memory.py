@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import grpc
+
+from kvrouter.demo.cluster import free_port
 
 METHOD = "/kvrouter.v1.Router/RouteStream"
 RESULTS = Path(__file__).parent / "results" / "route_stream_memory.json"
@@ -27,12 +28,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def measure(streams: int, rounds: int, settle_s: float) -> dict:

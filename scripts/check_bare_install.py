@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from kvrouter.demo.cluster import free_port
 
 KVROUTER = str(Path(sys.executable).with_name("kvrouter"))
 SUBCOMMANDS = ("bridge", "demo", "replay", "serve", "sidecar", "worker")
@@ -30,12 +31,6 @@ def check(ok: bool, what: str, result: subprocess.CompletedProcess | None = None
     if not ok:
         detail = f"\n{result.stdout}{result.stderr}" if result is not None else ""
         sys.exit(f"bare install: {what}{detail}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve_and_probe() -> None:

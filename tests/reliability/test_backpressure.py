@@ -3,19 +3,12 @@ stays bounded, and the dump that follows makes the index true again."""
 
 from __future__ import annotations
 
-import socket
-
 from waiting import wait_until
 
 from kvrouter.client import KvEventPublisher, WorkerRegistration
+from kvrouter.demo.cluster import free_port
 
 from .worker_process import BLOCK
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_pending_events_are_bounded_and_a_dump_repairs_the_index(start_router):

@@ -4,7 +4,6 @@ no exit, no traceback (under Kubernetes, an exit is a crash loop)."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 
@@ -13,18 +12,13 @@ from serve_process import ServeProcess
 from waiting import wait_until
 
 from kvrouter.client import RouterClient
+from kvrouter.demo.cluster import free_port
 from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-llama"), "llama", seed=7)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_worker_started_first_waits_for_its_router(tiny_model, tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from waiting import wait_until
 
+from kvrouter.demo.cluster import free_port
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.metrics_http import MAX_CONNECTIONS
 
@@ -87,12 +88,6 @@ def test_with_tls_on_it_is_https(start_router, pem_files, ca):  # noqa: F811
 def threads(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_half_sent_requests_do_not_pile_up_threads():
