@@ -33,10 +33,9 @@ import msgspec
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fuzz.service_state import BLOCK, WORKER, ServiceState  # noqa: E402
+from fuzz.service_state import BLOCK, ServiceState  # noqa: E402
 from fuzz.test_service_inputs import expect_accepted_or_invalid  # noqa: E402
 from fuzz.test_vllm_wire import check_payload  # noqa: E402
-from google.protobuf.message import DecodeError  # noqa: E402
 
 from kvrouter.proto_gen import router_pb2 as pb  # noqa: E402
 
@@ -93,13 +92,8 @@ def protobuf_seed() -> bytes:
 
 
 def protobuf_check(data: bytes) -> None:
-    batch = pb.EventBatch()
-    try:
-        batch.ParseFromString(data)
-    except DecodeError:
-        return
     state = ServiceState()
-    expect_accepted_or_invalid(state, lambda: state.events._apply(WORKER, batch))
+    expect_accepted_or_invalid(state, lambda: state.ingest(data))
 
 
 def route_seed() -> bytes:

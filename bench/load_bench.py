@@ -13,7 +13,9 @@ limits it:
   * one process for the `--workers` workers: heartbeats, `--events-per-s`
     stored blocks per second as batches of 64 blocks on one Publish stream
     per worker, and every `--churn-s` one worker deregistering and a new one
-    registering and publishing.
+    registering and publishing; and `--big-batch-workers` more that publish
+    batches of `--big-batch-events` events (stored, then removed) back to
+    back, the biggest the router takes.
 
 Every second this process samples the router's RSS and CPU, the driver's
 CPU, what the driver sent and had acknowledged, and what the router applied
@@ -25,6 +27,8 @@ bound and after, and the CPU seconds each side used.
     .venv/bin/python bench/load_bench.py --duration 30          # the full target
     .venv/bin/python bench/load_bench.py --streams 1000 --events-per-s 50000 \\
         --max-index-blocks 200000 --duration 120
+    .venv/bin/python bench/load_bench.py --streams 200 --workers 4 \\
+        --events-per-s 20000 --big-batch-workers 2 --duration 30  # maximal batches
 """
 
 from __future__ import annotations
@@ -192,6 +196,8 @@ def run(args, router: subprocess.Popen, port: int, metrics_port: int) -> dict:
                 args.workers,
                 args.events_per_s,
                 args.churn_s,
+                args.big_batch_workers,
+                args.big_batch_events,
                 worker_counts,
                 start,
                 stop,
@@ -260,6 +266,10 @@ def run(args, router: subprocess.Popen, port: int, metrics_port: int) -> dict:
             kind: percentiles([part["latencies"][kind] for part in clients])
             for kind in ("route", "first_route", "report")
         },
+        "big_batch_workers": args.big_batch_workers,
+        "big_batch_events": args.big_batch_events,
+        "big_batches": len(workers["big_batch_apply_s"]),
+        "big_batch_ack_ms": percentiles([array("d", workers["big_batch_apply_s"])]),
         "routes_per_s": round((last.requests - first.requests) / elapsed),
         "events_sent_per_s": round((last.sent - first.sent) / elapsed),
         "events_applied_per_s": round((last.applied - first.applied) / elapsed),
@@ -310,6 +320,13 @@ def main() -> None:
     parser.add_argument("--churn-s", type=float, default=2.0, help="one worker leaves and joins")
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--max-index-blocks", type=int, default=500_000)
+    parser.add_argument(
+        "--big-batch-workers",
+        type=int,
+        default=0,
+        help="extra workers publishing maximal batches back to back",
+    )
+    parser.add_argument("--big-batch-events", type=int, default=40_000)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -331,6 +348,11 @@ def main() -> None:
         f"MB/min after {m.get('rss_mb_per_min_after_bound')}, "
         f"in the last half {m.get('rss_mb_per_min_last_half')}  CPU s {result['cpu_s']}"
     )
+    if args.big_batch_workers:
+        print(
+            f"{args.big_batch_workers} workers publishing {args.big_batch_events}-event batches: "
+            f"{result['big_batches']} batches, send-to-ack ms {result['big_batch_ack_ms']}"
+        )
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -266,24 +266,94 @@ class Workers:
                 self.errors.add(f"events {e.code().name}", e.details())
 
 
+class BigBatches:
+    """A worker that publishes the biggest batches the router takes, back to
+    back: one storing `events` one-block events, the next removing them.
+    The requests are serialized once; a batch's number is prepended as a
+    message of its own, which protobuf merges into the same batch."""
+
+    def __init__(self, channel: grpc.aio.Channel, worker_id: int, events: int) -> None:
+        self.channel = channel
+        self.worker_id = worker_id
+        stored = [
+            pb.KvEvent(stored=pb.StoredEvent(block_ids=[i + 1], local_hashes=[i + 1]))
+            for i in range(events)
+        ]
+        removed = [pb.KvEvent(removed=pb.RemovedEvent(block_ids=[i + 1])) for i in range(events)]
+        self.bodies = [
+            pb.PublishRequest(batch=pb.EventBatch(events=e)).SerializeToString()
+            for e in (stored, removed)
+        ]
+        self.apply_s = array("d")
+        self.errors = Errors()
+
+    async def run(self) -> None:
+        registry = router_pb2_grpc.RegistryStub(self.channel)
+        request = pb.RegisterRequest(
+            worker_id=self.worker_id, role=pb.ROLE_BOTH, block_size=BLOCK, capacity_blocks=1 << 20
+        )
+        token = (await registry.Register(request, timeout=10)).registration_token
+        publish = self.channel.stream_stream(
+            "/kvrouter.v1.KvEvents/Publish",
+            request_serializer=None,
+            response_deserializer=pb.PublishReply.FromString,
+        )
+        call = publish()
+        hello = pb.PublishHello(worker_id=self.worker_id, next_seq=0, block_size=BLOCK)
+        await call.write(pb.PublishRequest(hello=hello).SerializeToString())
+        await call.read()
+        try:
+            for seq in itertools.count():
+                head = pb.PublishRequest(batch=pb.EventBatch(seq=seq, emitted_at=time.time()))
+                sent = time.monotonic()
+                await call.write(head.SerializeToString() + self.bodies[seq % 2])
+                reply = await call.read()
+                if reply.WhichOneof("kind") != "ack" or reply.ack.next_seq != seq + 1:
+                    self.errors.add("big batch not acknowledged", str(reply))
+                    return
+                self.apply_s.append(time.monotonic() - sent)
+                beat = pb.HeartbeatRequest(worker_id=self.worker_id, registration_token=token)
+                await registry.Heartbeat(beat, timeout=10)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:
+                self.errors.add(f"big batch {e.code().name}", e.details())
+
+
 async def drive_workers(
-    target: str, n: int, events_per_s: int, churn_s: float, counts, start, stop
+    target: str,
+    n: int,
+    events_per_s: int,
+    churn_s: float,
+    big_batch_workers: int,
+    big_batch_events: int,
+    counts,
+    start,
+    stop,
 ) -> dict:
     async with grpc.aio.insecure_channel(target) as channel:
         workers = Workers(channel, n, events_per_s, counts)
         for _ in range(n):
             await workers.join()
+        big = [
+            BigBatches(channel, 1_000_000 + i, big_batch_events) for i in range(big_batch_workers)
+        ]
         await asyncio.to_thread(start.wait)
+        big_tasks = [asyncio.create_task(b.run()) for b in big]
         lag = LoopLag()
         while not await asyncio.to_thread(stop.wait, churn_s):
             await workers.leave()
             await workers.join()
-        for task in itertools.chain(*workers.tasks.values()):
+        for task in itertools.chain(*workers.tasks.values(), big_tasks):
             task.cancel()
+        for b in big:
+            for what, count in b.errors.counts.items():
+                workers.errors.counts[what] = workers.errors.counts.get(what, 0) + count
+                workers.errors.details.setdefault(what, b.errors.details[what])
         return {
             "errors": workers.errors.counts,
             "error_details": workers.errors.details,
             "loop_lag": lag.summary(),
+            "big_batch_apply_s": list(itertools.chain(*(b.apply_s for b in big))),
         }
 
 

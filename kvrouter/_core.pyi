@@ -19,6 +19,9 @@ __all__ = [
     "Stored",
     "Removed",
     "Cleared",
+    "PublishHello",
+    "DecodedBatch",
+    "decode_publish_request",
     "ApplyOutcome",
     "OverlapScores",
     "PrefixIndex",
@@ -123,6 +126,34 @@ class Cleared:
 Event: TypeAlias = Stored | Removed | Cleared
 
 @final
+class PublishHello:
+    @property
+    def worker_id(self) -> int: ...
+    @property
+    def next_seq(self) -> int: ...
+    @property
+    def block_size(self) -> int: ...
+
+@final
+class DecodedBatch:
+    """An event batch decoded and checked by the core; its events stay there."""
+    @property
+    def seq(self) -> int: ...
+    @property
+    def resync(self) -> bool: ...
+    @property
+    def emitted_at(self) -> float: ...
+    @property
+    def blocks(self) -> int:
+        """Blocks stored by the batch's events."""
+    def __len__(self) -> int: ...
+
+def decode_publish_request(
+    data: bytes, block_size: int, max_events: int
+) -> PublishHello | DecodedBatch:
+    """A serialized PublishRequest; ValueError naming the batch and event."""
+
+@final
 class ApplyOutcome:
     @property
     def status(self) -> Literal["applied", "duplicate", "gap", "rejected"]:
@@ -176,6 +207,9 @@ class PrefixIndex:
         self, batches: Sequence[tuple[int, int, Iterable[Event]]], *, strict: bool = False
     ) -> list[ApplyOutcome]: ...
     def resync(self, worker_id: int, seq: int, events: Iterable[Event]) -> ApplyOutcome: ...
+    def apply_decoded(self, worker_id: int, batch: DecodedBatch) -> ApplyOutcome:
+        """Applies (or, for a resync dump, replaces with) a decoded batch, a
+        slice of the index at a time."""
     def remove_worker(self, worker_id: int) -> int:
         """Drop a worker; returns its block count. KeyError if unknown."""
     def find_matches(self, seq_hashes: Hashes, *, early_exit: bool = False) -> OverlapScores: ...

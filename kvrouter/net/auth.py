@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from kvrouter.net.handlers import same_shape
+from kvrouter.proto_gen import router_pb2 as pb
 
 log = logging.getLogger("kvrouter.net.auth")
 
@@ -46,6 +48,9 @@ CLIENT_METHODS = frozenset(
 )
 REGISTER = "/kvrouter.v1.Registry/Register"
 PUBLISH = "/kvrouter.v1.KvEvents/Publish"
+# The first byte of a PublishRequest whose first field is its hello (field
+# 1, length-delimited).
+HELLO_TAG = b"\x0a"
 # Methods that act for one worker, named in the request (in Publish, its hello).
 BOUND_METHODS = frozenset(
     {REGISTER, "/kvrouter.v1.Registry/Heartbeat", "/kvrouter.v1.Registry/Deregister", PUBLISH}
@@ -147,8 +152,9 @@ def _bound_unary(handler: grpc.RpcMethodHandler, principal: Principal, method: s
 
 
 def _bound_publish(handler: grpc.RpcMethodHandler, principal: Principal):
-    """Publish names its worker in the hello, the stream's first message;
-    the events service binds every later batch to that worker."""
+    """Publish names its worker in the hello, the stream's first message
+    (serialized: the events service decodes its requests itself); the
+    events service binds every later batch to that worker."""
     inner = handler.stream_stream
 
     async def behaviour(request_iterator, context):
@@ -156,9 +162,10 @@ def _bound_publish(handler: grpc.RpcMethodHandler, principal: Principal):
         first = await anext(requests, None)
         if first is None:
             return
-        if first.WhichOneof("kind") == "hello":
+        hello = _publish_hello(first)
+        if hello is not None:
             try:
-                _check_worker(principal, first.hello.worker_id, PUBLISH)
+                _check_worker(principal, hello.worker_id, PUBLISH)
             except _Refusal as e:
                 await context.abort(e.code, e.message)
 
@@ -171,6 +178,19 @@ def _bound_publish(handler: grpc.RpcMethodHandler, principal: Principal):
             yield reply
 
     return same_shape(handler, behaviour)
+
+
+def _publish_hello(data: bytes) -> pb.PublishHello | None:
+    """The hello a serialized PublishRequest holds; None for anything else,
+    which the events service refuses. Only a message that starts with the
+    hello field is parsed, so a big batch costs nothing here."""
+    if not data.startswith(HELLO_TAG):
+        return None
+    try:
+        request = pb.PublishRequest.FromString(data)
+    except DecodeError:
+        return None
+    return request.hello if request.WhichOneof("kind") == "hello" else None
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):

@@ -59,6 +59,12 @@ class ServiceConfig:
     # (its publisher down while its heartbeats go on) before it stops being
     # routable; it is routable again once a stream returns level or resyncs.
     event_stream_ttl_s: float = 5.0
+    # A Publish stream whose worker leaves the router's reply unread this
+    # long (its transport takes no more data) is closed.
+    event_ack_timeout_s: float = 30.0
+    # Events in one batch; a bigger batch is refused (INVALID_ARGUMENT).
+    # Batches are bounded by the message size too; this bounds the work.
+    max_batch_events: int = 65_536
     # On SIGTERM: how long in-flight calls may take to finish.
     drain_grace_s: float = 10.0
     # Index snapshot file: restored at start, written at shutdown; empty: none.
@@ -119,6 +125,10 @@ class ServiceConfig:
             raise ValueError("need 0 < heartbeat_interval_s < heartbeat_ttl_s")
         if self.event_stream_ttl_s <= 0:
             raise ValueError("event_stream_ttl_s must be positive")
+        if self.event_ack_timeout_s <= 0:
+            raise ValueError("event_ack_timeout_s must be positive")
+        if self.max_batch_events <= 0:
+            raise ValueError("max_batch_events must be positive")
         if self.drain_grace_s < 0:
             raise ValueError("drain_grace_s must be >= 0")
         if isinstance(self.nats, str):

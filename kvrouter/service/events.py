@@ -11,6 +11,13 @@ from the worker's buffer) or a full dump (`resync`) replaces its entries.
 A worker with index entries but no open stream for `stream_ttl_s` is stale
 too: its publisher is down while its heartbeats go on, so its cache changes
 unseen. A stream back level with the index, or its resync, clears the mark.
+
+Bounds: the core decodes each request (no Python objects per event) and
+refuses a batch of more than `max_batch_events`; a big one is decoded and
+applied on a thread of its own, a slice of the index at a time, so no batch
+holds the event loop or the index for long. Replies a worker does not read
+cost one pending ack (acks are cumulative), and a stream with a reply unread
+for `ack_timeout_s` is closed.
 """
 
 from __future__ import annotations
@@ -18,39 +25,86 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
-from kvrouter._core import PrefixIndex
-from kvrouter.events.core import core_events
-from kvrouter.events.proto import events_from_proto
+from kvrouter._core import DecodedBatch, PrefixIndex, PublishHello, decode_publish_request
 from kvrouter.proto_gen import router_pb2 as pb
-from kvrouter.proto_gen import router_pb2_grpc
 from kvrouter.service.errors import ServiceError, invalid
 from kvrouter.service.metrics import ServiceMetrics
 from kvrouter.service.workers import WorkerTable
 
 log = logging.getLogger("kvrouter.service.events")
+SERVICE = "kvrouter.v1.KvEvents"
 LAST_SEQ = 2**64 - 1
+# Requests up to this size are decoded and applied on the event loop (well
+# under a millisecond); bigger ones on the events thread.
+INLINE_BYTES = 64 << 10
+# Replies other than acks a stream may have waiting before it is closed.
+MAX_PENDING = 64
 
 
 class _Stream:
-    """One open Publish stream: its worker and the replies waiting to go out."""
+    """One open Publish stream: its worker and the replies waiting to go out.
+
+    Acks are cumulative, so an ack not yet sent is replaced by a newer one: a
+    worker that stops reading costs the router one pending ack, not one per
+    batch. Other replies (resync requests) are few; past `MAX_PENDING` of
+    them the stream is closed."""
 
     def __init__(self, worker_id: int) -> None:
         self.worker_id = worker_id
-        self.outbox: asyncio.Queue[pb.PublishReply | None] = asyncio.Queue()
         self.error: ServiceError | None = None
+        # Since when (monotonic) gRPC has held the reply being written; None
+        # between writes.
+        self.writing_since: float | None = None
+        # The Publish handler: cancelled to end a stream stuck in a write.
+        self.task = asyncio.current_task()
+        self._pending: deque[pb.PublishReply] = deque()
+        self._wake = asyncio.Event()
+        self._closed = False
 
     def send(self, reply: pb.PublishReply) -> None:
-        self.outbox.put_nowait(reply)
+        if self._closed:
+            return
+        if reply.HasField("ack") and self._pending and self._pending[-1].HasField("ack"):
+            self._pending[-1] = reply
+        elif len(self._pending) >= MAX_PENDING:
+            self.close(
+                ServiceError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"worker {self.worker_id} does not read the router's replies",
+                )
+            )
+            return
+        else:
+            self._pending.append(reply)
+        self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
 
     def close(self, error: ServiceError | None = None) -> None:
-        self.error = error
-        self.outbox.put_nowait(None)
+        """Ends the stream once the replies already queued are out."""
+        if not self._closed:
+            self._closed = True
+            self.error = error
+            self._wake.set()
+
+    async def next_reply(self) -> pb.PublishReply | None:
+        """The next reply to write; None once the stream is closed and drained."""
+        while not self._pending:
+            if self._closed:
+                return None
+            self._wake.clear()
+            await self._wake.wait()
+        return self._pending.popleft()
 
 
-class EventIngest(router_pb2_grpc.KvEventsServicer):
+class EventIngest:
     def __init__(
         self,
         index: PrefixIndex,
@@ -58,10 +112,16 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
         metrics: ServiceMetrics,
         *,
         stream_ttl_s: float,
+        ack_timeout_s: float,
+        max_batch_events: int,
         refusal: str = "",
     ) -> None:
         self.index = index
         self.stream_ttl_s = stream_ttl_s
+        self.ack_timeout_s = ack_timeout_s
+        self.max_batch_events = max_batch_events
+        # One thread for big batches: they are applied in the order they came.
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="kvrouter-events")
         # Set when the index takes its events from elsewhere: every Publish
         # stream is refused with it (FAILED_PRECONDITION).
         self.refusal = refusal
@@ -130,21 +190,58 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
         for stream in self._streams.values():
             stream.close(ServiceError(grpc.StatusCode.UNAVAILABLE, reason))
         self._streams.clear()
+        self._thread.shutdown(wait=False, cancel_futures=True)
+
+    def pending_replies(self) -> int:
+        """Replies queued on open streams, not yet handed to gRPC."""
+        return sum(stream.pending for stream in list(self._streams.values()))
+
+    def close_unread(self, now: float) -> None:
+        """Ends each stream whose worker has left a reply unread for
+        `ack_timeout_s`: its transport no longer takes data, so it would
+        never see a resync request either. Its publisher reconnects, or the
+        stream TTL marks the worker stale."""
+        for stream in list(self._streams.values()):
+            since = stream.writing_since
+            if since is None or now - since <= self.ack_timeout_s:
+                continue
+            self.metrics.event_streams_closed.labels(reason="unread").inc()
+            log.warning(
+                "event stream closed: the worker does not read its acknowledgements",
+                extra={"fields": {"worker_id": stream.worker_id, "timeout_s": self.ack_timeout_s}},
+            )
+            del self._streams[stream.worker_id]
+            stream.close()
+            if stream.task is not None:
+                stream.task.cancel()
+
+    def add_to_server(self, server) -> None:
+        """Registers the service. Requests arrive as bytes, for the core to
+        decode (`decode_publish_request`)."""
+        handlers = {
+            "Publish": grpc.stream_stream_rpc_method_handler(
+                self.Publish, response_serializer=pb.PublishReply.SerializeToString
+            )
+        }
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+        server.add_registered_method_handlers(SERVICE, handlers)
 
     async def Publish(self, request_iterator, context):
         if self.refusal:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, self.refusal)
         try:
             first = await anext(aiter(request_iterator))
-            stream = self._open(first)
+            stream = self._open(await self._decode(first))
         except StopAsyncIteration:
             return
         except ServiceError as e:
             await context.abort(e.code, e.message)
         reader = asyncio.create_task(self._read(stream, request_iterator))
         try:
-            while (reply := await stream.outbox.get()) is not None:
+            while (reply := await stream.next_reply()) is not None:
+                stream.writing_since = time.monotonic()
                 yield reply
+                stream.writing_since = None
             if stream.error is not None:
                 await context.abort(stream.error.code, stream.error.message)
         finally:
@@ -152,10 +249,28 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
             if self._streams.get(stream.worker_id) is stream:
                 del self._streams[stream.worker_id]
 
-    def _open(self, request: pb.PublishRequest) -> _Stream:
-        if request.WhichOneof("kind") != "hello":
+    async def _decode(self, data: bytes) -> PublishHello | DecodedBatch:
+        try:
+            return await self._offload(
+                len(data),
+                decode_publish_request,
+                data,
+                self.index.block_size,
+                self.max_batch_events,
+            )
+        except ValueError as e:
+            raise invalid(str(e)) from None
+
+    async def _offload(self, size: int, call, *args):
+        """`call(*args)`, on the events thread when the message is big: the
+        core releases the GIL, so the loop goes on serving meanwhile."""
+        if size <= INLINE_BYTES:
+            return call(*args)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, call, *args)
+
+    def _open(self, hello: PublishHello | DecodedBatch) -> _Stream:
+        if not isinstance(hello, PublishHello):
             raise invalid("the first message of a Publish stream must be a hello")
-        hello = request.hello
         self._check_registered(hello.worker_id)
         if hello.block_size != self.index.block_size:
             raise invalid(
@@ -188,11 +303,8 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
 
     async def _read(self, stream: _Stream, request_iterator) -> None:
         try:
-            async for request in request_iterator:
-                if request.WhichOneof("kind") != "batch":
-                    raise invalid("only event batches may follow the hello")
-                self._check_registered(stream.worker_id)
-                reply = self._apply(stream.worker_id, request.batch)
+            async for data in request_iterator:
+                reply = await self.ingest(stream.worker_id, data)
                 if reply is not None:
                     stream.send(reply)
             stream.close()
@@ -212,24 +324,26 @@ class EventIngest(router_pb2_grpc.KvEventsServicer):
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             stream.close()
 
-    def _apply(self, worker_id: int, batch: pb.EventBatch) -> pb.PublishReply | None:
+    async def ingest(self, worker_id: int, data: bytes) -> pb.PublishReply | None:
+        """Applies one serialized PublishRequest that follows the hello; the
+        reply to send, if any. ServiceError (INVALID_ARGUMENT) for one that
+        is not a well-formed batch."""
+        batch = await self._decode(data)
+        if not isinstance(batch, DecodedBatch):
+            raise invalid("only event batches may follow the hello")
+        self._check_registered(worker_id)
         if batch.seq == LAST_SEQ:
             # Its acknowledgement, seq + 1, would not fit the u64 field.
             raise invalid(f"batch {batch.seq}: batch numbers end at {LAST_SEQ - 1}")
+        awaited = self._awaiting.get(worker_id)
+        if not batch.resync and awaited is not None and batch.seq != awaited:
+            self.metrics.event_batches.labels(outcome="dropped").inc()
+            return None
         try:
-            events = core_events(events_from_proto(batch.events))
-            if batch.resync:
-                self.index.resync(worker_id, batch.seq, events)
-                outcome = "resync"
-            else:
-                awaited = self._awaiting.get(worker_id)
-                if awaited is not None and batch.seq != awaited:
-                    self.metrics.event_batches.labels(outcome="dropped").inc()
-                    return None
-                result = self.index.apply(worker_id, batch.seq, events)
-                outcome = result.status
-        except (ValueError, TypeError, KeyError, OverflowError) as e:
+            result = await self._offload(len(data), self.index.apply_decoded, worker_id, batch)
+        except (ValueError, KeyError, OverflowError) as e:
             raise invalid(f"batch {batch.seq}: {e}") from None
+        outcome = "resync" if batch.resync else result.status
         self.metrics.event_batches.labels(outcome=outcome).inc()
         if outcome == "gap":
             self.metrics.event_gaps.inc()

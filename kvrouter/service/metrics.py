@@ -103,6 +103,13 @@ class ServiceMetrics:
         self.resyncs = Counter(
             "kvrouter_resyncs", "Resyncs requested from workers, by reason", ["reason"], registry=r
         )
+        self.event_streams_closed = Counter(
+            "kvrouter_event_streams_closed",
+            "Publish streams the router closed, by reason (unread: the worker "
+            "left its replies unread for event_ack_timeout_s)",
+            ["reason"],
+            registry=r,
+        )
         self.expirations = Counter(
             "kvrouter_worker_expirations", "Workers removed for missing heartbeats", registry=r
         )

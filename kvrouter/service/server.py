@@ -110,6 +110,8 @@ class RouterServer:
             self.workers,
             self.metrics,
             stream_ttl_s=config.event_stream_ttl_s,
+            ack_timeout_s=config.event_ack_timeout_s,
+            max_batch_events=config.max_batch_events,
             refusal=refusal,
         )
         self.generation = GenerationProxy(self.policy, self.workers, config, config.proxy)
@@ -144,6 +146,11 @@ class RouterServer:
             "Workers awaiting a resync (not routable)",
             lambda: sum(r.stale for r in workers.records()),
         )
+        m.gauge(
+            "kvrouter_event_replies_pending",
+            "Replies to Publish streams not yet taken by their workers' transports",
+            self.events.pending_replies,
+        )
 
     async def start(self) -> None:
         max_bytes = max(4 << 20, self.config.max_prompt_tokens * 5 + (1 << 20))
@@ -175,7 +182,7 @@ class RouterServer:
         )
         self.routing.add_to_server(server)
         router_pb2_grpc.add_RegistryServicer_to_server(self.registry, server)
-        router_pb2_grpc.add_KvEventsServicer_to_server(self.events, server)
+        self.events.add_to_server(server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -236,6 +243,7 @@ class RouterServer:
                 self.metrics.expirations.inc()
                 self.events.close_stream(worker_id, "missed its heartbeats")
             self.events.mark_streamless(now)
+            self.events.close_unread(now)
 
     async def _forget_unclaimed(self) -> None:
         """Drops restored index entries of workers that never re-register."""

@@ -1,5 +1,6 @@
 //! KV events as the index consumes them, and what applying them reports.
 
+use crate::hashing::{namespace_seed, BlockHasher};
 use crate::ids::{EngineBlockId, LocalHash, Tier, WorkerId};
 use thiserror::Error;
 
@@ -29,6 +30,70 @@ pub enum KvEvent {
     },
     /// The worker dropped its whole cache.
     Cleared,
+}
+
+/// How a `Stored` event names its blocks' content, as a worker sends it.
+pub enum StoredContent<'a> {
+    Tokens(&'a [u32]),
+    LocalHashes(Vec<LocalHash>),
+}
+
+impl KvEvent {
+    /// A `Stored` event from the fields a worker sends, its tokens hashed
+    /// here (under `namespace`); with the tokens per block it carried (None
+    /// for local hashes), for the index to check against its block size.
+    /// The error says what is wrong with the event.
+    pub fn stored(
+        parent: Option<EngineBlockId>,
+        block_ids: Vec<EngineBlockId>,
+        content: StoredContent<'_>,
+        tier: Tier,
+        namespace: &str,
+    ) -> Result<(KvEvent, Option<usize>), String> {
+        if block_ids.is_empty() {
+            return Err("stored event has no blocks".into());
+        }
+        let namespace_seed = namespace_seed(namespace);
+        let (locals, tokens_per_block) = match content {
+            StoredContent::Tokens(tokens) => {
+                if tokens.is_empty() || tokens.len() % block_ids.len() != 0 {
+                    return Err(format!(
+                        "stored event has {} tokens for {} blocks; it needs the same positive number per block",
+                        tokens.len(),
+                        block_ids.len()
+                    ));
+                }
+                let block_size = tokens.len() / block_ids.len();
+                let locals = BlockHasher::new(block_size, namespace_seed).local_hashes(tokens);
+                (locals, Some(block_size))
+            }
+            StoredContent::LocalHashes(locals) => {
+                if locals.len() != block_ids.len() {
+                    return Err(format!(
+                        "stored event has {} local hashes for {} blocks",
+                        locals.len(),
+                        block_ids.len()
+                    ));
+                }
+                (locals, None)
+            }
+        };
+        let event = KvEvent::Stored {
+            parent,
+            block_ids,
+            content: BlockContent::LocalHashes(locals),
+            tier,
+            namespace_seed,
+        };
+        Ok((event, tokens_per_block))
+    }
+}
+
+/// The error for a stored event whose tokens per block differ from the index's.
+pub fn block_size_mismatch(event: usize, tokens_per_block: usize, block_size: usize) -> String {
+    format!(
+        "event {event}: stored event has {tokens_per_block} tokens per block; the index's block_size is {block_size}"
+    )
 }
 
 /// One numbered batch of a worker's events. The events may be owned or
@@ -72,6 +137,13 @@ impl ApplyOutcome {
             blocks_removed: 0,
             unknown_removals: 0,
         }
+    }
+
+    /// Adds the block counts of a part of the same batch.
+    pub fn absorb(&mut self, part: ApplyOutcome) {
+        self.blocks_stored += part.blocks_stored;
+        self.blocks_removed += part.blocks_removed;
+        self.unknown_removals += part.unknown_removals;
     }
 }
 

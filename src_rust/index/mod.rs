@@ -2,7 +2,8 @@
 //!
 //! [`PrefixIndex`] is the thread-safe face: lookups share a read lock and run
 //! side by side; event batches take the write lock once per call, so callers
-//! batch writes with [`PrefixIndex::apply_many`]. Design notes: README.md.
+//! batch writes with [`PrefixIndex::apply_many`], or hold it a slice at a time
+//! for a big batch ([`PrefixIndex::apply_in_slices`]). Design notes: README.md.
 
 mod arena;
 mod events;
@@ -15,13 +16,51 @@ mod tree;
 mod validate;
 mod workers;
 
-pub use events::{ApplyOutcome, BlockContent, EventBatch, IndexError, KvEvent, SeqStatus};
+pub use events::{
+    block_size_mismatch, ApplyOutcome, BlockContent, EventBatch, IndexError, KvEvent, SeqStatus,
+    StoredContent,
+};
 pub use overlap::{OverlapScores, TierDepths};
 pub use snapshot::SnapshotMarks;
 pub use tree::PrefixTree;
+use tree::Started;
+
+/// Blocks, plus one per event, that [`PrefixIndex::apply_in_slices`] applies
+/// per hold of the lock: about a millisecond of work.
+pub const SLICE_WORK: usize = 1024;
+
+/// `events` cut into runs of about `work` blocks (plus one per event); an
+/// event bigger than that is a run of its own.
+fn slices<E: Borrow<KvEvent>>(events: &[E], work: usize) -> impl Iterator<Item = &[E]> {
+    let mut rest = events;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (mut taken, mut end) = (0, 0);
+        while let Some(event) = rest.get(end) {
+            let weight = 1 + event_blocks(event.borrow());
+            if end > 0 && taken + weight > work {
+                break;
+            }
+            taken += weight;
+            end += 1;
+        }
+        let (slice, tail) = rest.split_at(end);
+        rest = tail;
+        Some(slice)
+    })
+}
+
+fn event_blocks(event: &KvEvent) -> usize {
+    match event {
+        KvEvent::Stored { block_ids, .. } | KvEvent::Removed { block_ids, .. } => block_ids.len(),
+        KvEvent::Cleared => 0,
+    }
+}
 
 use crate::ids::{SeqHash, WorkerId};
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockWriteGuard};
 use std::borrow::Borrow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -140,6 +179,46 @@ impl PrefixIndex {
         self.tree.write().resync(batch)
     }
 
+    /// Applies a batch (a resync dump with `resync`) as `apply` and `resync`
+    /// do, but lets waiting lookups and writers in between slices of about
+    /// [`SLICE_WORK`] blocks, so that no batch holds the index for long. A
+    /// lookup meanwhile may see part of the batch; a worker removed
+    /// meanwhile gets no more of it.
+    pub fn apply_in_slices<E: Borrow<KvEvent>>(
+        &self,
+        batch: &EventBatch<E>,
+        resync: bool,
+    ) -> Result<ApplyOutcome, IndexError> {
+        self.apply_sliced(batch, resync, SLICE_WORK)
+    }
+
+    fn apply_sliced<E: Borrow<KvEvent>>(
+        &self,
+        batch: &EventBatch<E>,
+        resync: bool,
+        work: usize,
+    ) -> Result<ApplyOutcome, IndexError> {
+        let mut tree = self.tree.write();
+        let target = if resync {
+            tree.start_resync(batch)?
+        } else {
+            match tree.start_apply(batch, false)? {
+                Started::Done(outcome) => return Ok(outcome),
+                Started::Apply(target) => target,
+            }
+        };
+        let mut outcome = ApplyOutcome::with_status(SeqStatus::Applied);
+        for slice in slices(&batch.events, work) {
+            match tree.apply_slice(target, slice) {
+                Some(part) => outcome.absorb(part),
+                None => break,
+            }
+            RwLockWriteGuard::bump(&mut tree);
+        }
+        tree.finish_apply(target, batch.seq);
+        Ok(outcome)
+    }
+
     pub fn remove_worker(&self, worker: WorkerId) -> Result<usize, IndexError> {
         self.tree.write().remove_worker(worker)
     }
@@ -206,6 +285,8 @@ impl PrefixIndex {
 mod fuzz_tests;
 #[cfg(test)]
 mod model_tests;
+#[cfg(test)]
+mod slice_tests;
 #[cfg(test)]
 mod snapshot_tests;
 #[cfg(test)]

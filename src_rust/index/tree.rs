@@ -29,6 +29,21 @@ pub struct PrefixTree {
     approx_queue: BinaryHeap<Reverse<(u64, SeqHash, u32)>>,
 }
 
+/// Where a started batch's events go: the worker's slot, as long as it is
+/// the incarnation the batch started on.
+#[derive(Copy, Clone, Debug)]
+pub struct ApplyTarget {
+    slot: u32,
+    incarnation: u64,
+}
+
+/// What [`PrefixTree::start_apply`] found.
+pub enum Started {
+    /// Nothing to apply: a duplicate or a gap.
+    Done(ApplyOutcome),
+    Apply(ApplyTarget),
+}
+
 /// A worker still matching during a lookup, with the tier run it is in.
 struct Matching {
     slot: u32,
@@ -72,23 +87,10 @@ impl PrefixTree {
         batch: &EventBatch<E>,
         strict: bool,
     ) -> Result<ApplyOutcome, IndexError> {
-        self.validate_shape(&batch.events)?;
-        let existing = self.workers.slot_of(batch.worker);
-        let expected = existing.map_or(0, |slot| self.workers.state(slot).expected_seq());
-        if batch.seq < expected {
-            return Ok(ApplyOutcome::with_status(SeqStatus::Duplicate));
+        match self.start_apply(batch, strict)? {
+            Started::Done(outcome) => Ok(outcome),
+            Started::Apply(target) => Ok(self.apply_all(target, batch)),
         }
-        if batch.seq > expected {
-            return Ok(ApplyOutcome::with_status(SeqStatus::Gap { expected }));
-        }
-        if strict {
-            self.validate_known(batch.worker, existing, &batch.events)?;
-        }
-        let slot = self.workers.get_or_insert(batch.worker)?;
-        let outcome = self.apply_events(slot, &batch.events);
-        self.workers.state_mut(slot).last_seq = Some(batch.seq);
-        self.maintain();
-        Ok(outcome)
     }
 
     /// Replaces everything known about the worker with `batch` (a full dump
@@ -97,13 +99,91 @@ impl PrefixTree {
         &mut self,
         batch: &EventBatch<E>,
     ) -> Result<ApplyOutcome, IndexError> {
+        let target = self.start_resync(batch)?;
+        Ok(self.apply_all(target, batch))
+    }
+
+    fn apply_all<E: Borrow<KvEvent>>(
+        &mut self,
+        target: ApplyTarget,
+        batch: &EventBatch<E>,
+    ) -> ApplyOutcome {
+        let outcome = self.apply_events(target.slot, &batch.events);
+        self.finish_apply(target, batch.seq);
+        outcome
+    }
+
+    /// The first half of [`PrefixTree::apply`]: checks the batch's shape and
+    /// number. Its events then go in with [`PrefixTree::apply_slice`] and
+    /// [`PrefixTree::finish_apply`], which a caller may spread over several
+    /// lock holds.
+    pub fn start_apply<E: Borrow<KvEvent>>(
+        &mut self,
+        batch: &EventBatch<E>,
+        strict: bool,
+    ) -> Result<Started, IndexError> {
         self.validate_shape(&batch.events)?;
-        let slot = self.workers.get_or_insert(batch.worker)?;
-        self.clear_worker(slot);
-        let outcome = self.apply_events(slot, &batch.events);
-        self.workers.state_mut(slot).last_seq = Some(batch.seq);
+        let existing = self.workers.slot_of(batch.worker);
+        let expected = existing.map_or(0, |slot| self.workers.state(slot).expected_seq());
+        if batch.seq < expected {
+            return Ok(Started::Done(ApplyOutcome::with_status(
+                SeqStatus::Duplicate,
+            )));
+        }
+        if batch.seq > expected {
+            return Ok(Started::Done(ApplyOutcome::with_status(SeqStatus::Gap {
+                expected,
+            })));
+        }
+        if strict {
+            self.validate_known(batch.worker, existing, &batch.events)?;
+        }
+        Ok(Started::Apply(self.target(batch.worker)?))
+    }
+
+    /// The first half of [`PrefixTree::resync`]: checks the dump's shape and
+    /// forgets what the worker held.
+    pub fn start_resync<E: Borrow<KvEvent>>(
+        &mut self,
+        batch: &EventBatch<E>,
+    ) -> Result<ApplyTarget, IndexError> {
+        self.validate_shape(&batch.events)?;
+        let target = self.target(batch.worker)?;
+        self.clear_worker(target.slot);
+        Ok(target)
+    }
+
+    fn target(&mut self, worker: WorkerId) -> Result<ApplyTarget, IndexError> {
+        let slot = self.workers.get_or_insert(worker)?;
+        Ok(ApplyTarget {
+            slot,
+            incarnation: self.workers.state(slot).incarnation,
+        })
+    }
+
+    /// Applies some of a started batch's events; None, and nothing applied,
+    /// once the worker was removed since the batch started.
+    pub fn apply_slice<E: Borrow<KvEvent>>(
+        &mut self,
+        target: ApplyTarget,
+        events: &[E],
+    ) -> Option<ApplyOutcome> {
+        self.workers
+            .incarnation(target.slot, target.incarnation)
+            .is_some()
+            .then(|| self.apply_events(target.slot, events))
+    }
+
+    /// Records the started batch as applied, and keeps the index in bounds.
+    pub fn finish_apply(&mut self, target: ApplyTarget, seq: u64) {
+        if self
+            .workers
+            .incarnation(target.slot, target.incarnation)
+            .is_some()
+        {
+            self.workers.state_mut(target.slot).last_seq = Some(seq);
+        }
         self.maintain();
-        Ok(outcome)
     }
 
     /// Drops the worker and all its blocks; returns how many it held.

@@ -41,15 +41,19 @@ pub struct WorkerState {
     pub engine_ids: FxHashMap<EngineKey, u32>,
     /// Confirmed blocks held (approximate entries not counted).
     pub blocks: usize,
+    /// Which of the table's insertions made this state: a worker removed and
+    /// added again is a new incarnation in a slot that may be the same.
+    pub incarnation: u64,
 }
 
 impl WorkerState {
-    fn new(id: WorkerId) -> Self {
+    fn new(id: WorkerId, incarnation: u64) -> Self {
         WorkerState {
             id,
             last_seq: None,
             engine_ids: FxHashMap::default(),
             blocks: 0,
+            incarnation,
         }
     }
 
@@ -69,6 +73,7 @@ pub struct WorkerTable {
     slots: Vec<Option<WorkerState>>,
     by_id: FxHashMap<WorkerId, u32>,
     free: Vec<u32>,
+    insertions: u64,
 }
 
 impl WorkerTable {
@@ -80,17 +85,19 @@ impl WorkerTable {
         if let Some(slot) = self.slot_of(id) {
             return Ok(slot);
         }
+        let state = WorkerState::new(id, self.insertions);
         let slot = match self.free.pop() {
             Some(slot) => {
-                self.slots[slot as usize] = Some(WorkerState::new(id));
+                self.slots[slot as usize] = Some(state);
                 slot
             }
             None if self.slots.len() < MAX_SLOTS as usize => {
-                self.slots.push(Some(WorkerState::new(id)));
+                self.slots.push(Some(state));
                 self.slots.len() as u32 - 1
             }
             None => return Err(IndexError::TooManyWorkers(MAX_SLOTS)),
         };
+        self.insertions += 1;
         self.by_id.insert(id, slot);
         Ok(slot)
     }
@@ -100,6 +107,14 @@ impl WorkerTable {
         let slot = self.by_id.remove(&id)?;
         self.free.push(slot);
         self.slots[slot as usize].take()
+    }
+
+    /// The live state in `slot` if it is still `incarnation`'s.
+    pub fn incarnation(&self, slot: u32, incarnation: u64) -> Option<&WorkerState> {
+        self.slots
+            .get(slot as usize)?
+            .as_ref()
+            .filter(|state| state.incarnation == incarnation)
     }
 
     pub fn state(&self, slot: u32) -> &WorkerState {

@@ -1,9 +1,8 @@
 //! KV events as Python objects: `Stored`, `Removed` and `Cleared`, plus `Tier`.
 
 use super::ints::{extract_hashes, Tokens};
-use crate::hashing::{namespace_seed, BlockHasher};
 use crate::ids::{EngineBlockId, LocalHash, Tier};
-use crate::index::{BlockContent, KvEvent};
+use crate::index::{block_size_mismatch, KvEvent, StoredContent};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -89,36 +88,31 @@ impl PyStored {
         namespace: &str,
     ) -> PyResult<Self> {
         let block_ids = self::block_ids(block_ids)?;
-        if block_ids.is_empty() {
-            return Err(PyValueError::new_err("stored event has no blocks"));
-        }
-        let seed = namespace_seed(namespace);
-        let (locals, tokens_per_block) = match (token_ids, local_hashes) {
+        let tier = tier.map(extract_tier).transpose()?.unwrap_or(Tier::Device);
+        let stored = match (token_ids, local_hashes) {
             (Some(tokens), None) => {
                 let tokens = Tokens::extract(tokens)?;
-                let count = tokens.as_slice().len();
-                if count == 0 || count % block_ids.len() != 0 {
-                    return Err(PyValueError::new_err(format!(
-                        "stored event has {count} tokens for {} blocks; it needs the same positive number per block",
-                        block_ids.len()
-                    )));
-                }
-                let block_size = count / block_ids.len();
-                let hasher = BlockHasher::new(block_size, seed);
-                let locals = py.detach(|| hasher.local_hashes(tokens.as_slice()));
-                (locals, Some(block_size))
+                py.detach(|| {
+                    let content = StoredContent::Tokens(tokens.as_slice());
+                    KvEvent::stored(
+                        parent.map(EngineBlockId),
+                        block_ids,
+                        content,
+                        tier,
+                        namespace,
+                    )
+                })
             }
             (None, Some(hashes)) => {
-                let locals: Vec<LocalHash> =
-                    extract_hashes(hashes)?.into_iter().map(LocalHash).collect();
-                if locals.len() != block_ids.len() {
-                    return Err(PyValueError::new_err(format!(
-                        "stored event has {} local hashes for {} blocks",
-                        locals.len(),
-                        block_ids.len()
-                    )));
-                }
-                (locals, None)
+                let locals = extract_hashes(hashes)?.into_iter().map(LocalHash).collect();
+                let content = StoredContent::LocalHashes(locals);
+                KvEvent::stored(
+                    parent.map(EngineBlockId),
+                    block_ids,
+                    content,
+                    tier,
+                    namespace,
+                )
             }
             _ => {
                 return Err(PyValueError::new_err(
@@ -126,14 +120,9 @@ impl PyStored {
                 ))
             }
         };
+        let (event, tokens_per_block) = stored.map_err(PyValueError::new_err)?;
         Ok(PyStored {
-            event: KvEvent::Stored {
-                parent: parent.map(EngineBlockId),
-                block_ids,
-                content: BlockContent::LocalHashes(locals),
-                tier: tier.map(extract_tier).transpose()?.unwrap_or(Tier::Device),
-                namespace_seed: seed,
-            },
+            event,
             tokens_per_block,
         })
     }
@@ -240,9 +229,9 @@ impl<'py> EventObjects<'py> {
                 if let Ok(stored) = item.cast::<PyStored>() {
                     let stored = stored.get();
                     match stored.tokens_per_block {
-                        Some(size) if size != block_size => Err(PyValueError::new_err(format!(
-                            "event {index}: stored event has {size} tokens per block; the index's block_size is {block_size}"
-                        ))),
+                        Some(size) if size != block_size => Err(PyValueError::new_err(
+                            block_size_mismatch(index, size, block_size),
+                        )),
                         _ => Ok(&stored.event),
                     }
                 } else if let Ok(removed) = item.cast::<PyRemoved>() {

@@ -3,6 +3,7 @@
 use super::events::EventObjects;
 use super::hashing::hasher;
 use super::ints::{extract_hashes, Tokens};
+use super::publish::PyDecodedBatch;
 use crate::hashing::DEFAULT_BLOCK_SIZE;
 use crate::ids::{SeqHash, WorkerId};
 use crate::index::{
@@ -247,6 +248,26 @@ impl PyPrefixIndex {
             events: objects.events(self.0.block_size())?,
         };
         py.detach(|| self.0.resync(&batch))
+            .map(Into::into)
+            .map_err(to_pyerr)
+    }
+
+    /// Applies a batch from `decode_publish_request` (a resync dump when it
+    /// says so) a slice at a time, so lookups on other threads wait at most
+    /// about a millisecond for it however big it is.
+    fn apply_decoded(
+        &self,
+        py: Python<'_>,
+        worker_id: u64,
+        batch: &PyDecodedBatch,
+    ) -> PyResult<PyApplyOutcome> {
+        let decoded = &batch.0;
+        let batch = EventBatch {
+            worker: WorkerId(worker_id),
+            seq: decoded.seq,
+            events: decoded.events.iter().collect::<Vec<_>>(),
+        };
+        py.detach(|| self.0.apply_in_slices(&batch, decoded.resync))
             .map(Into::into)
             .map_err(to_pyerr)
     }

@@ -8,6 +8,7 @@ mod events;
 mod hashing;
 mod index;
 mod ints;
+mod publish;
 mod router;
 
 use pyo3::prelude::*;
@@ -28,6 +29,9 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<events::PyStored>()?;
     m.add_class::<events::PyRemoved>()?;
     m.add_class::<events::PyCleared>()?;
+    m.add_function(wrap_pyfunction!(publish::decode_publish_request, m)?)?;
+    m.add_class::<publish::PyPublishHello>()?;
+    m.add_class::<publish::PyDecodedBatch>()?;
     m.add_class::<index::PyApplyOutcome>()?;
     m.add_class::<index::PyOverlapScores>()?;
     m.add_class::<index::PyPrefixIndex>()?;

@@ -1,11 +1,14 @@
-//! The routing call on the wire: `RouteRequest` bytes checked and decoded,
+//! The hot calls on the wire: `RouteRequest` bytes checked and decoded,
 //! and the `RouteResponse` for a decision encoded, so a decision made for
-//! `Route` or `RouteStream` never builds Python objects. The decision
-//! itself is `routing::Router`'s. Design note: README.md.
+//! `Route` or `RouteStream` never builds Python objects (the decision itself
+//! is `routing::Router`'s); and a worker's `PublishRequest` decoded into the
+//! index's events (`events.rs`). Design note: README.md.
 
+mod events;
 mod messages;
 mod route;
 
+pub use events::{decode_publish, DecodedBatch, Publish};
 pub use messages::{Candidate, Explanation, RouteError, RouteRequest, RouteResponse};
 pub use route::{check_namespace, parse, prompt_length, Directory, Limits, Routable};
 

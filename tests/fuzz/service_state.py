@@ -3,9 +3,11 @@ paths (event ingestion, routing) are fuzzed against."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 from kvrouter._core import PrefixIndex
+from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.events import EventIngest
 from kvrouter.service.metrics import ServiceMetrics
@@ -26,10 +28,31 @@ class ServiceState:
         self.workers = WorkerTable(self.policy, self.index, self.config.heartbeat_ttl_s)
         self.workers.register(WorkerRecord(WORKER, "both", "w1:1", BLOCK, 10_000))
         self.events = EventIngest(
-            self.index, self.workers, self.metrics, stream_ttl_s=self.config.event_stream_ttl_s
+            self.index,
+            self.workers,
+            self.metrics,
+            stream_ttl_s=self.config.event_stream_ttl_s,
+            ack_timeout_s=self.config.event_ack_timeout_s,
+            max_batch_events=self.config.max_batch_events,
         )
         self.routing = RouterService(self.policy, self.workers, self.metrics, self.config)
+
+    def ingest(self, batch: pb.EventBatch | bytes):
+        """Applies one batch, given as the message or as its serialized body,
+        as a Publish stream would."""
+        body = batch.SerializeToString() if isinstance(batch, pb.EventBatch) else batch
+        request = b"\x12" + _varint(len(body)) + body  # PublishRequest field 2: the batch
+        return asyncio.run(self.events.ingest(WORKER, request))
 
     def snapshot(self):
         """What a refused input must leave unchanged."""
         return self.index.stats(), self.index.workers(), self.policy.load(WORKER)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,7 +16,7 @@ from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.service.errors import ServiceError
 
 from .conftest import fuzz_settings
-from .service_state import BLOCK, WORKER, ServiceState
+from .service_state import BLOCK, ServiceState
 
 u64 = st.integers(min_value=0, max_value=2**64 - 1)
 small_ids = st.integers(min_value=0, max_value=12)
@@ -69,19 +68,14 @@ def expect_accepted_or_invalid(state: ServiceState, call) -> None:
 def test_event_batches(sequence):
     state = ServiceState()
     for batch in sequence:
-        expect_accepted_or_invalid(state, lambda b=batch: state.events._apply(WORKER, b))
+        expect_accepted_or_invalid(state, lambda b=batch: state.ingest(b))
 
 
 @fuzz_settings
 @given(st.binary(max_size=300))
 def test_event_batch_bytes(data):
-    batch = pb.EventBatch()
-    try:
-        batch.ParseFromString(data)
-    except DecodeError:
-        return  # gRPC refuses what does not parse before any handler runs
     state = ServiceState()
-    expect_accepted_or_invalid(state, lambda: state.events._apply(WORKER, batch))
+    expect_accepted_or_invalid(state, lambda: state.ingest(data))
 
 
 route_requests = st.builds(

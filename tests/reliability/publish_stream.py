@@ -20,6 +20,9 @@ class Stream:
         self._out: queue.Queue = queue.Queue()
         self._out.put(pb.PublishRequest(hello=hello))
         self.replies: queue.Queue = queue.Queue()
+        # Set when the call ends; `error` is how, unless it ended OK.
+        self.ended = threading.Event()
+        self.error: grpc.RpcError | None = None
         calls = router_pb2_grpc.KvEventsStub(self.channel).Publish(iter(self._out.get, None))
         threading.Thread(target=self._collect, args=(calls,), daemon=True).start()
 
@@ -27,8 +30,9 @@ class Stream:
         try:
             for reply in calls:
                 self.replies.put(reply)
-        except grpc.RpcError:
-            pass
+        except grpc.RpcError as e:
+            self.error = e
+        self.ended.set()
 
     def send(self, batch: pb.EventBatch) -> None:
         self._out.put(pb.PublishRequest(batch=batch))
