@@ -7,7 +7,7 @@ mod messages;
 mod route;
 
 pub use messages::{Candidate, Explanation, RouteError, RouteRequest, RouteResponse};
-pub use route::{check_namespace, parse, prompt_length, Directory, Limits, Routable};
+pub use route::{check_model, check_namespace, parse, prompt_length, Directory, Limits, Routable};
 
 #[cfg(test)]
 mod tests;
