@@ -50,5 +50,6 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.py().get_type::<router::NoWorkerAvailable>(),
     )?;
     m.add("DEFAULT_BLOCK_SIZE", crate::hashing::DEFAULT_BLOCK_SIZE)?;
+    m.add("ADAPTER_SEPARATOR", crate::policy::ADAPTER_SEPARATOR)?;
     Ok(())
 }
