@@ -192,9 +192,7 @@ def test_engines_of_two_models_are_routed_and_matched_per_model(farm):
             await delivered(index, w_llama, seq_llama)
             await delivered(index, w_qwen, seq_qwen)
             for model, worker in (("llama", w_llama), ("qwen", w_qwen)):
-                assert index.find_matches_for_tokens(tokens, namespace=model).scores == {
-                    worker: 4
-                }
+                assert index.find_matches_for_tokens(tokens, namespace=model).scores == {worker: 4}
                 d = router.route(f"r-{model}", tokens, model=model)
                 assert d.decode_worker == worker
             assert index.find_matches_for_tokens(adapter, namespace="llama:sql").scores == {
