@@ -16,6 +16,7 @@ from kvrouter._core import (
     hash_tokens,
     hash_tokens_array,
     local_block_hashes,
+    model_namespace,
     namespace_seed,
 )
 from kvrouter.events.tier import Tier
@@ -33,5 +34,6 @@ __all__ = [
     "hash_tokens",
     "hash_tokens_array",
     "local_block_hashes",
+    "model_namespace",
     "namespace_seed",
 ]

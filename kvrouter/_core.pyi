@@ -15,6 +15,7 @@ __all__ = [
     "local_block_hashes",
     "chain_hashes",
     "namespace_seed",
+    "model_namespace",
     "Tier",
     "Stored",
     "Removed",
@@ -34,13 +35,18 @@ __all__ = [
     "RouteStats",
     "Router",
     "check_namespace",
+    "check_model",
     "prompt_length",
     "RouteRefused",
     "NoWorkerAvailable",
+    "UnknownModel",
     "DEFAULT_BLOCK_SIZE",
+    "ADAPTER_SEPARATOR",
 ]
 
 DEFAULT_BLOCK_SIZE: int
+# Between a model and an adapter in a requested model name: "model:adapter".
+ADAPTER_SEPARATOR: str
 
 class _NumpyArray(Protocol):
     """A numpy array: its stubs declare the buffer protocol only on Python 3.12+."""
@@ -74,6 +80,11 @@ def chain_hashes(local_hashes: Sequence[int], parent: int | None = None) -> list
 
 def namespace_seed(namespace: str) -> int:
     """The hashing seed of a namespace (model, LoRA adapter, cache salt)."""
+
+def model_namespace(model: str, namespace: str) -> str:
+    """The namespace a model's blocks hash in, salted by `namespace`: what a
+    worker serving `model` publishes its blocks under, and what the router
+    looks a request for `model` up in. With no model, `namespace` alone."""
 
 @final
 class Tier:
@@ -234,6 +245,9 @@ class PrefixIndex:
 class NoWorkerAvailable(RuntimeError):
     """No healthy worker can take the request (none registered, all
     unhealthy, or none with room for the prompt)."""
+
+class UnknownModel(LookupError):
+    """The request names a model that no registered worker serves."""
 
 PolicyName: TypeAlias = Literal[
     "kvrouter", "round_robin", "random", "least_loaded", "overlap_only", "dynamo"
@@ -431,6 +445,7 @@ class Router:
         share_bookings: bool = False,
         max_prompt_tokens: int | None = None,
         max_namespace_chars: int | None = None,
+        max_model_chars: int | None = None,
         max_request_id_chars: int | None = None,
     ) -> Self: ...
     @property
@@ -443,8 +458,17 @@ class Router:
     @property
     def uses_index(self) -> bool: ...
     def upsert_worker(
-        self, worker_id: int, role: str, capacity_blocks: int, address: str = ...
-    ) -> None: ...
+        self,
+        worker_id: int,
+        role: str,
+        capacity_blocks: int,
+        address: str = ...,
+        *,
+        model: str = ...,
+        adapters: list[str] = ...,
+    ) -> None:
+        """Routed requests for `model` ("" : requests that name none) and for
+        `model:adapter` for each of `adapters`."""
     def remove_worker(self, worker_id: int) -> list[str]:
         """Forgets the worker; returns the ids of requests booked on it."""
     def set_healthy(self, worker_id: int, healthy: bool) -> None: ...
@@ -471,16 +495,23 @@ class Router:
         tokens: Tokens | None = None,
         namespace: str = "",
         *,
+        model: str = "",
         hashes: Hashes | None = None,
         num_tokens: int | None = None,
     ) -> Decision:
-        """Picks the workers and books the load. Raises NoWorkerAvailable,
-        or ValueError for a request id in flight."""
+        """Picks among the workers of `model` and books the load; tokens
+        hash in the model's namespace salted by `namespace`. Raises
+        UnknownModel, NoWorkerAvailable, or ValueError for a request id in
+        flight."""
     def route_wire(self, request: bytes) -> tuple[bytes, str]:
         """(serialized RouteResponse, request id); raises RouteRefused."""
     def prefill_done(self, request_id: str) -> bool: ...
     def finished(self, request_id: str) -> bool: ...
     def cancelled(self, request_id: str) -> bool: ...
+    def models(self) -> list[tuple[str, int]]:
+        """Every model name workers serve ("model", "model:adapter"; "" for
+        workers that name none), with how many of its workers are routable
+        now, sorted by name."""
     def __len__(self) -> int: ...
     def stats(self) -> RouteStats: ...
     def take_decision_lines(self) -> str:
@@ -506,4 +537,8 @@ def prompt_length(tokens: int, packed_bytes: int, max_tokens: int) -> int:
 
 def check_namespace(namespace: str, max_chars: int) -> None:
     """Raises ValueError unless the namespace is printable and at most
+    `max_chars` characters long."""
+
+def check_model(model: str, max_chars: int) -> None:
+    """Raises ValueError unless the model name is printable and at most
     `max_chars` characters long."""

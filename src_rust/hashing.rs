@@ -6,9 +6,27 @@
 //! partial last block is never hashed.
 
 use crate::ids::{LocalHash, SeqHash};
+use std::borrow::Cow;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 pub const DEFAULT_BLOCK_SIZE: usize = 16;
+
+/// Between a model and a cache salt in a hash namespace: a control
+/// character, which neither a model name nor a salt may hold, so no two
+/// (model, salt) pairs join alike.
+const SALT_SEPARATOR: char = '\u{1f}';
+
+/// The namespace a request's blocks hash in: its model (`model` or
+/// `model:adapter`), salted by its `namespace` when it names one. With no
+/// model, the namespace alone, as before models were named; so two models
+/// never share cached blocks, and a salt never crosses models.
+pub fn model_namespace<'a>(model: &'a str, namespace: &'a str) -> Cow<'a, str> {
+    match (model.is_empty(), namespace.is_empty()) {
+        (true, _) => Cow::Borrowed(namespace),
+        (false, true) => Cow::Borrowed(model),
+        (false, false) => Cow::Owned(format!("{model}{SALT_SEPARATOR}{namespace}")),
+    }
+}
 
 /// The seed for a namespace (model name, LoRA adapter and cache salt, joined
 /// by the caller). Different namespaces never share cached blocks.
@@ -120,6 +138,24 @@ mod tests {
             hasher.local_hash(&block),
             LocalHash(xxh3_64_with_seed(&bytes, xxh3_64(b"llama")))
         );
+    }
+
+    #[test]
+    fn a_model_namespace_is_the_salt_alone_without_a_model_and_never_crosses_models() {
+        assert_eq!(model_namespace("", "salt"), "salt");
+        assert_eq!(model_namespace("llama", ""), "llama");
+        assert_eq!(model_namespace("llama:sql", ""), "llama:sql");
+        let salted = [
+            model_namespace("llama", "salt"),
+            model_namespace("qwen", "salt"),
+            model_namespace("", "salt"),
+            model_namespace("llama", ""),
+        ];
+        for (i, a) in salted.iter().enumerate() {
+            for b in &salted[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
     }
 
     #[test]

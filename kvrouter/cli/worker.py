@@ -15,6 +15,13 @@ EXTRA = "engine"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="checkpoint directory (config.json + safetensors)")
     parser.add_argument(
+        "--served-model-name",
+        default="",
+        metavar="NAME",
+        help="the model name requests ask for (RouteRequest/GenerateRequest.model); the router "
+        "routes each model among its own workers (default: none, for requests that name none)",
+    )
+    parser.add_argument(
         "--tiny-model",
         metavar="DIR",
         help="write a tiny random-weight Llama checkpoint to DIR (if absent) and serve it",
@@ -31,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", default="127.0.0.1:0", help="host:port; port 0 picks one")
     parser.add_argument("--advertise", default="", help="address peers dial (default: bound)")
     parser.add_argument("--worker-id", type=int, default=None)
-    parser.add_argument("--namespace", default="", help="hashing namespace (the model name)")
+    parser.add_argument(
+        "--namespace", default="", help="cache salt: blocks hash in the served model's namespace"
+    )
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--num-kv-blocks", type=int, default=1024)
     parser.add_argument("--max-num-seqs", type=int, default=64)
@@ -99,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         listen=args.listen,
         advertise=args.advertise,
         worker_id=args.worker_id,
+        served_model_name=args.served_model_name,
         namespace=args.namespace,
         block_size=args.block_size,
         num_kv_blocks=args.num_kv_blocks,

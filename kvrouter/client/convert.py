@@ -39,9 +39,12 @@ def encode_tokens(tokens) -> bytes:
     return packed.tobytes()
 
 
-def route_request(tokens, namespace: str, request_id: str, explain: bool) -> pb.RouteRequest:
+def route_request(
+    tokens, model: str, namespace: str, request_id: str, explain: bool
+) -> pb.RouteRequest:
     return pb.RouteRequest(
         tokens_u32le=encode_tokens(tokens),
+        model=model,
         namespace=namespace,
         request_id=request_id,
         explain=explain,
@@ -101,6 +104,8 @@ def worker_info(w: pb.WorkerInfo) -> WorkerInfo:
         block_size=w.block_size,
         capacity_blocks=w.capacity_blocks,
         metadata=dict(w.metadata),
+        model=w.model,
+        adapters=tuple(w.adapters),
         routable=w.routable,
         seconds_since_heartbeat=w.seconds_since_heartbeat,
         index_blocks=w.index_blocks,

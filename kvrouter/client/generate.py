@@ -94,6 +94,7 @@ class GenerateClient:
         self,
         target: str,
         *,
+        model: str = "",
         namespace: str = "",
         timeout: float | None = 120.0,
         channel: grpc.aio.Channel | None = None,
@@ -101,6 +102,7 @@ class GenerateClient:
     ) -> None:
         self._channel = channel or aio_channel(target, credentials, CHANNEL_OPTIONS)
         self._router = router_pb2_grpc.RouterStub(self._channel)
+        self.model = model
         self.namespace = namespace
         self.timeout = timeout
 
@@ -132,6 +134,7 @@ class GenerateClient:
             request_id=request_id,
             tokens_u32le=encode_tokens(tokens),
             namespace=self.namespace,
+            model=self.model,
             sampling=sampling,
         )
         call = self._router.Generate(request, timeout=self.timeout if timeout is None else timeout)

@@ -34,7 +34,7 @@ class KvEventPublisher(EventSink):
         **settings: Any,
     ) -> None:
         """`settings` are `EventPublisher`'s keyword arguments (block_size,
-        namespace, dump_cache, batching, replay and backoff limits), with its
+        model, namespace, dump_cache, batching, replay and backoff limits), with its
         defaults."""
         self.transport = GrpcEventTransport(target, credentials)
         self.publisher = EventPublisher(self.transport, worker_id, **settings)

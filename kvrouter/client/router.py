@@ -1,7 +1,7 @@
 """Router clients: `AsyncRouterClient` (asyncio) and `RouterClient` (blocking).
 
     async with AsyncRouterClient("127.0.0.1:50051") as router:
-        result = await router.route(prompt_tokens, namespace="llama-3-8b")
+        result = await router.route(prompt_tokens, model="llama-3-8b")
         ...  # send the request to result.decode_worker (and result.prefill_worker)
         await router.finished(result.request_id)
 
@@ -30,13 +30,19 @@ _LIFECYCLE = {
 
 
 def _requests(
-    prompts: Iterable, namespace: str, request_ids: Sequence[str] | None, explain: bool
+    prompts: Iterable,
+    model: str,
+    namespace: str,
+    request_ids: Sequence[str] | None,
+    explain: bool,
 ) -> list[pb.RouteRequest]:
     prompts = list(prompts)
     if request_ids is not None and len(request_ids) != len(prompts):
         raise ValueError("request_ids must match prompts one to one")
     ids = request_ids if request_ids is not None else [""] * len(prompts)
-    return [route_request(p, namespace, i, explain) for p, i in zip(prompts, ids, strict=True)]
+    return [
+        route_request(p, model, namespace, i, explain) for p, i in zip(prompts, ids, strict=True)
+    ]
 
 
 def _results(responses, return_exceptions: bool) -> list[RouteResult | RouterError]:
@@ -75,6 +81,7 @@ class AsyncRouterClient:
         self,
         tokens,
         *,
+        model: str = "",
         namespace: str = "",
         request_id: str = "",
         explain: bool = False,
@@ -82,7 +89,7 @@ class AsyncRouterClient:
     ) -> RouteResult:
         """Picks the worker(s) for one prompt. `explain` returns every
         candidate, not only the chosen ones."""
-        request = route_request(tokens, namespace, request_id, explain)
+        request = route_request(tokens, model, namespace, request_id, explain)
         try:
             response = await self._router.Route(
                 request, timeout=self.timeout if timeout is None else timeout
@@ -95,6 +102,7 @@ class AsyncRouterClient:
         self,
         prompts: Iterable,
         *,
+        model: str = "",
         namespace: str = "",
         request_ids: Sequence[str] | None = None,
         explain: bool = False,
@@ -104,7 +112,7 @@ class AsyncRouterClient:
         """Routes many prompts over one RouteStream, answers in order. A
         failed prompt raises its RouterError, or with `return_exceptions` is
         returned in its place."""
-        requests = _requests(prompts, namespace, request_ids, explain)
+        requests = _requests(prompts, model, namespace, request_ids, explain)
         try:
             call = self._router.RouteStream(
                 iter(requests), timeout=self.timeout if timeout is None else timeout
@@ -167,12 +175,13 @@ class RouterClient:
         self,
         tokens,
         *,
+        model: str = "",
         namespace: str = "",
         request_id: str = "",
         explain: bool = False,
         timeout: float | None = None,
     ) -> RouteResult:
-        request = route_request(tokens, namespace, request_id, explain)
+        request = route_request(tokens, model, namespace, request_id, explain)
         try:
             response = self._router.Route(
                 request, timeout=self.timeout if timeout is None else timeout
@@ -185,13 +194,14 @@ class RouterClient:
         self,
         prompts: Iterable,
         *,
+        model: str = "",
         namespace: str = "",
         request_ids: Sequence[str] | None = None,
         explain: bool = False,
         return_exceptions: bool = False,
         timeout: float | None = None,
     ) -> list[RouteResult | RouterError]:
-        requests = _requests(prompts, namespace, request_ids, explain)
+        requests = _requests(prompts, model, namespace, request_ids, explain)
         try:
             responses = list(
                 self._router.RouteStream(

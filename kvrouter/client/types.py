@@ -64,6 +64,9 @@ class WorkerInfo:
     block_size: int
     capacity_blocks: int
     metadata: dict[str, str]
+    # The model it serves ("" : none named) and its adapters, as registered.
+    model: str
+    adapters: tuple[str, ...]
     routable: bool
     seconds_since_heartbeat: float
     index_blocks: int

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -41,6 +41,8 @@ class WorkerRegistration:
         address: str = "",
         block_size: int = 16,
         worker_id: int | None = None,
+        model: str = "",
+        adapters: Sequence[str] = (),
         metadata: dict[str, str] | None = None,
         load: Callable[[], WorkerLoad] | None = None,
         timeout: float = 5.0,
@@ -54,6 +56,9 @@ class WorkerRegistration:
         self.address = address
         self.block_size = block_size
         self.worker_id = worker_id
+        # The model it serves, as requests name it; its adapters on that model.
+        self.model = model
+        self.adapters = tuple(adapters)
         self.metadata = dict(metadata or {})
         self.load = load or WorkerLoad
         self.timeout = timeout
@@ -89,6 +94,8 @@ class WorkerRegistration:
             address=self.address,
             block_size=self.block_size,
             capacity_blocks=self.capacity_blocks,
+            model=self.model,
+            adapters=self.adapters,
             metadata=self.metadata,
             registration_token=self.registration_token,
         )

@@ -39,7 +39,9 @@ class ClusterError(RuntimeError):
 
 class LocalCluster:
     """`with LocalCluster(model, roles=["prefill", "decode"]) as cluster:`;
-    worker ids are 1, 2, ... in the order of `roles`."""
+    worker ids are 1, 2, ... in the order of `roles`. `served_models`, one
+    per role, names the model each worker serves (default: none named);
+    change an entry and restart the worker to move it to another model."""
 
     def __init__(
         self,
@@ -50,6 +52,7 @@ class LocalCluster:
         router_env: dict[str, str] | None = None,
         router_args: list[str] | None = None,
         worker_args: list[str] | None = None,
+        served_models: list[str] | None = None,
         log_dir: str | Path | None = None,
         start_timeout_s: float = 120.0,
     ) -> None:
@@ -60,6 +63,9 @@ class LocalCluster:
         # After the cluster's own flags, so they win.
         self.router_args = list(router_args or [])
         self.worker_args = list(worker_args or [])
+        self.served_models = list(served_models or [""] * len(self.roles))
+        if len(self.served_models) != len(self.roles):
+            raise ValueError("served_models needs one model per role")
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="kvrouter-cluster-"))
         self.start_timeout_s = start_timeout_s
         self.target = ""
@@ -137,6 +143,8 @@ class LocalCluster:
                 self._replaced[worker_id] = listed[worker_id]
         args = ["worker", "--model", self.model, "--router", self.target, "--role", role]
         args += ["--worker-id", str(worker_id), "--log-format", "text", *self.worker_args]
+        if self.served_models[worker_id - 1]:
+            args += ["--served-model-name", self.served_models[worker_id - 1]]
         self.workers[worker_id] = self._spawn(self._log_name(worker_id), args, {})
 
     def _log_name(self, worker_id: int) -> str:

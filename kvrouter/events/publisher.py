@@ -29,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from kvrouter._core import model_namespace
 from kvrouter.events.model import Event, WorkerBatch
 from kvrouter.events.sink import EventList, EventSink
 from kvrouter.events.transport import Hello, Link, LinkClosed, Transport
@@ -46,6 +47,7 @@ class EventPublisher(EventSink):
         worker_id: int,
         *,
         block_size: int = 16,
+        model: str = "",
         namespace: str = "",
         dump_cache: Callable[[EventSink], None] | None = None,
         max_batch_events: int = 256,
@@ -58,7 +60,9 @@ class EventPublisher(EventSink):
         self.transport = transport
         self.worker_id = worker_id
         self.block_size = block_size
-        self.namespace = namespace
+        # Stored blocks that name no namespace hash in the served model's,
+        # salted by `namespace`: where the router looks the model's requests up.
+        self.namespace = model_namespace(model, namespace)
         self.dump_cache = dump_cache
         self.max_batch_events = max_batch_events
         self.flush_interval_s = flush_interval_s

@@ -19,6 +19,7 @@ from kvrouter._core import (
     NoWorkerAvailable,
     PolicyConfig,
     Router,
+    UnknownModel,
 )
 
 POLICIES: tuple[str, ...] = tuple(PolicyConfig.policies())
@@ -36,4 +37,5 @@ __all__ = [
     "NoWorkerAvailable",
     "PolicyConfig",
     "Router",
+    "UnknownModel",
 ]

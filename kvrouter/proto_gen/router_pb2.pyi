@@ -41,18 +41,20 @@ TIER_HOST: Tier
 TIER_DISK: Tier
 
 class RouteRequest(_message.Message):
-    __slots__ = ("request_id", "tokens", "tokens_u32le", "namespace", "explain")
+    __slots__ = ("request_id", "tokens", "tokens_u32le", "namespace", "explain", "model")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_U32LE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     EXPLAIN_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tokens: _containers.RepeatedScalarFieldContainer[int]
     tokens_u32le: bytes
     namespace: str
     explain: bool
-    def __init__(self, request_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., tokens_u32le: _Optional[bytes] = ..., namespace: _Optional[str] = ..., explain: _Optional[bool] = ...) -> None: ...
+    model: str
+    def __init__(self, request_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., tokens_u32le: _Optional[bytes] = ..., namespace: _Optional[str] = ..., explain: _Optional[bool] = ..., model: _Optional[str] = ...) -> None: ...
 
 class Candidate(_message.Message):
     __slots__ = ("worker_id", "role", "overlap_device", "overlap_host", "overlap_disk", "cost_ms", "queue_ms", "prefill_ms", "reload_ms", "decode_ms", "transfer_ms", "overflow_ms", "active_requests", "overloaded", "congestion_ms")
@@ -143,7 +145,7 @@ class LifecycleAck(_message.Message):
     def __init__(self) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "registration_token")
+    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "registration_token", "model", "adapters")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +160,8 @@ class RegisterRequest(_message.Message):
     CAPACITY_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     REGISTRATION_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     role: Role
     address: str
@@ -165,7 +169,9 @@ class RegisterRequest(_message.Message):
     capacity_blocks: int
     metadata: _containers.ScalarMap[str, str]
     registration_token: int
-    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., registration_token: _Optional[int] = ...) -> None: ...
+    model: str
+    adapters: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., registration_token: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("worker_id", "heartbeat_interval_s", "heartbeat_ttl_s", "registration_token")
@@ -214,7 +220,7 @@ class ListWorkersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "routable", "seconds_since_heartbeat", "index_blocks", "next_event_seq", "queued_prefill_tokens", "active_decode_blocks", "active_requests")
+    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "routable", "seconds_since_heartbeat", "index_blocks", "next_event_seq", "queued_prefill_tokens", "active_decode_blocks", "active_requests", "model", "adapters")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +241,8 @@ class WorkerInfo(_message.Message):
     QUEUED_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_DECODE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     role: Role
     address: str
@@ -248,7 +256,9 @@ class WorkerInfo(_message.Message):
     queued_prefill_tokens: int
     active_decode_blocks: int
     active_requests: int
-    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., routable: _Optional[bool] = ..., seconds_since_heartbeat: _Optional[float] = ..., index_blocks: _Optional[int] = ..., next_event_seq: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_requests: _Optional[int] = ...) -> None: ...
+    model: str
+    adapters: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., routable: _Optional[bool] = ..., seconds_since_heartbeat: _Optional[float] = ..., index_blocks: _Optional[int] = ..., next_event_seq: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_requests: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListWorkersResponse(_message.Message):
     __slots__ = ("workers",)

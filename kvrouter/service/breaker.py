@@ -1,7 +1,7 @@
 """A circuit breaker per request: a worker that failed the same request
 `trip_after` times is not sent it again, so one request that breaks workers
 cannot take them down over and over as its client retries. A request is
-known by what it asks (namespace, sampling, prompt), so a retry under a
+known by what it asks (model, namespace, sampling, prompt), so a retry under a
 new request id still matches. Bounded: past `max_requests`, the requests
 that failed longest ago are forgotten first."""
 
@@ -17,6 +17,7 @@ from kvrouter.proto_gen import generation_pb2 as gen
 def fingerprint(request: gen.GenerateRequest, prompt: list[int]) -> bytes:
     digest = hashlib.blake2b(digest_size=16)
     for part in (
+        request.model.encode(),
         request.namespace.encode(),
         request.sampling.SerializeToString(deterministic=True),
         array("I", prompt).tobytes(),

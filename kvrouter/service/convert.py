@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from kvrouter._core import check_model as core_check_model
 from kvrouter._core import check_namespace as core_check_namespace
 from kvrouter._core import prompt_length
 from kvrouter.proto_gen import generation_pb2 as gen
@@ -33,6 +34,15 @@ def check_namespace(namespace: str, max_chars: int) -> None:
         core_check_namespace(namespace, max_chars)
     except ValueError as e:
         raise invalid(str(e)) from None
+
+
+def check_model(name: str, max_chars: int, field_name: str = "model") -> None:
+    """The rule the routing path applies in the core to a requested model,
+    applied as well to the model and adapter names a worker registers."""
+    try:
+        core_check_model(name, max_chars)
+    except ValueError as e:
+        raise invalid(str(e).replace("model", field_name, 1)) from None
 
 
 def check_sampling(sampling: gen.SamplingParams) -> None:

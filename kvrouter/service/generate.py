@@ -3,7 +3,8 @@ through the workers (`ProxiedRequest`) and stream its tokens back.
 
 Every accepted request ends in a finished stream or a gRPC status within
 its deadline (the client's, or `default_timeout_s`): INVALID_ARGUMENT for
-bad input, UNAVAILABLE when no worker is left, DEADLINE_EXCEEDED. A client
+bad input, NOT_FOUND for a model no worker serves, UNAVAILABLE when none of
+the model's workers is left, DEADLINE_EXCEEDED. A client
 that cancels cancels the worker calls, which abort on the workers.
 """
 
@@ -19,17 +20,17 @@ from contextlib import aclosing
 import grpc
 
 from kvrouter.net.credentials import Credentials
-from kvrouter.policy import NoWorkerAvailable, Router
+from kvrouter.policy import NoWorkerAvailable, Router, UnknownModel
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.service.config import ServiceConfig
-from kvrouter.service.convert import check_namespace, check_sampling, prompt_tokens
+from kvrouter.service.convert import check_model, check_namespace, check_sampling, prompt_tokens
 from kvrouter.service.errors import ServiceError, invalid
 from kvrouter.service.proxied_request import ProxiedRequest
 from kvrouter.service.proxy_config import ProxyConfig
 from kvrouter.service.proxy_context import ProxyContext
 from kvrouter.service.routing import MAX_REQUEST_ID_CHARS, RouterService
 from kvrouter.service.worker_calls import Deadline, RequestFailed
-from kvrouter.service.workers import WorkerTable
+from kvrouter.service.workers import MAX_MODEL_CHARS, WorkerTable
 
 log = logging.getLogger("kvrouter.service.generate")
 
@@ -63,6 +64,7 @@ class GenerationProxy:
     def _validate(self, request: gen.GenerateRequest) -> tuple[object, str]:
         prompt = prompt_tokens(request, self.config.max_prompt_tokens)
         check_namespace(request.namespace, self.config.max_namespace_chars)
+        check_model(request.model, MAX_MODEL_CHARS)
         check_sampling(request.sampling)
         request_id = request.request_id or f"{self._id_prefix}-g{next(self._ids)}"
         if len(request_id) > MAX_REQUEST_ID_CHARS:
@@ -77,7 +79,11 @@ class GenerationProxy:
         remaining = context.time_remaining()
         deadline = Deadline(self.ctx.config.default_timeout_s if remaining is None else remaining)
         try:
-            decision = self.ctx.policy.route(request_id, prompt, request.namespace)
+            decision = self.ctx.policy.route(
+                request_id, prompt, request.namespace, model=request.model
+            )
+        except UnknownModel as e:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
         except NoWorkerAvailable as e:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
         except ValueError as e:

@@ -33,6 +33,8 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
                 address=request.address,
                 block_size=request.block_size,
                 capacity_blocks=request.capacity_blocks,
+                model=request.model,
+                adapters=tuple(request.adapters),
                 metadata=dict(request.metadata),
             )
             token = self.workers.register(record, request.registration_token)
@@ -81,6 +83,8 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
                     block_size=r.block_size,
                     capacity_blocks=r.capacity_blocks,
                     metadata=r.metadata,
+                    model=r.model,
+                    adapters=r.adapters,
                     routable=not r.stale,
                     seconds_since_heartbeat=now - r.last_heartbeat,
                     index_blocks=blocks,

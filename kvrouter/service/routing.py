@@ -27,7 +27,7 @@ from kvrouter.service.config import ServiceConfig
 from kvrouter.service.errors import ServiceError, invalid, not_found
 from kvrouter.service.metrics import ServiceMetrics
 from kvrouter.service.proxy_config import LEGACY_POLICIES
-from kvrouter.service.workers import WorkerTable
+from kvrouter.service.workers import MAX_MODEL_CHARS, WorkerTable
 
 log = logging.getLogger("kvrouter.service.routing")
 
@@ -51,6 +51,7 @@ def service_router(
         share_bookings=share_bookings,
         max_prompt_tokens=config.max_prompt_tokens,
         max_namespace_chars=config.max_namespace_chars,
+        max_model_chars=MAX_MODEL_CHARS,
         max_request_id_chars=MAX_REQUEST_ID_CHARS,
     )
 

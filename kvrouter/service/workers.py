@@ -12,9 +12,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from kvrouter._core import PrefixIndex
+from kvrouter._core import ADAPTER_SEPARATOR, PrefixIndex
 from kvrouter.policy import Router
 from kvrouter.roles import ROLES
+from kvrouter.service.convert import check_model
 from kvrouter.service.errors import already_exists, failed_precondition, invalid, not_found
 from kvrouter.service.worker_ids import IdCounter, check_worker_id, new_token
 
@@ -26,6 +27,10 @@ log = logging.getLogger("kvrouter.service.workers")
 MAX_ADDRESS_CHARS = 512
 MAX_METADATA_ENTRIES = 64
 MAX_METADATA_CHARS = 16_384
+# A model or adapter name; a request's model (`model:adapter`) is checked
+# against the same limit.
+MAX_MODEL_CHARS = 256
+MAX_ADAPTERS = 64
 
 
 @dataclass
@@ -35,6 +40,10 @@ class WorkerRecord:
     address: str
     block_size: int
     capacity_blocks: int
+    # The model it serves, as requests name it ("" : requests that name
+    # none), and the adapters it serves on it.
+    model: str = ""
+    adapters: tuple[str, ...] = ()
     metadata: dict[str, str] = field(default_factory=dict)
     last_heartbeat: float = field(default_factory=time.monotonic)
     stale: bool = False
@@ -132,7 +141,12 @@ class WorkerTable:
             record.stale = previous.stale
         record.token = new_token()
         self.router.upsert_worker(
-            record.worker_id, record.role, record.capacity_blocks, record.address
+            record.worker_id,
+            record.role,
+            record.capacity_blocks,
+            record.address,
+            model=record.model,
+            adapters=list(record.adapters),
         )
         self.router.set_healthy(record.worker_id, not record.stale)
         self._workers[record.worker_id] = record
@@ -143,6 +157,7 @@ class WorkerTable:
                     "worker_id": record.worker_id,
                     "role": record.role,
                     "address": record.address,
+                    "model": record.model,
                 }
             },
         )
@@ -175,6 +190,11 @@ class WorkerTable:
         if self.owns_index and worker_id in self.index.workers():
             self.index.remove_worker(worker_id)
 
+    def models(self) -> dict[str, int]:
+        """Every model name served ("model", "model:adapter"; "" for workers
+        that name none), with how many of its workers are routable now."""
+        return dict(self.router.models())
+
     def expire(self, now: float | None = None) -> list[int]:
         """Removes workers silent for longer than the TTL; returns their ids."""
         now = time.monotonic() if now is None else now
@@ -185,6 +205,15 @@ class WorkerTable:
 
 
 def _check_size(record: WorkerRecord) -> None:
+    _check_model_name("model", record.model)
+    if len(record.adapters) > MAX_ADAPTERS:
+        raise invalid(f"{len(record.adapters)} adapters; the limit is {MAX_ADAPTERS}")
+    for adapter in record.adapters:
+        if not adapter:
+            raise invalid("an adapter name is empty")
+        _check_model_name("adapter", adapter)
+    if record.adapters and not record.model:
+        raise invalid("adapters need the model they run on (model)")
     if len(record.address) > MAX_ADDRESS_CHARS:
         raise invalid(
             f"address is {len(record.address)} characters; the limit is {MAX_ADDRESS_CHARS}"
@@ -196,3 +225,10 @@ def _check_size(record: WorkerRecord) -> None:
     size = sum(len(k) + len(v) for k, v in record.metadata.items())
     if size > MAX_METADATA_CHARS:
         raise invalid(f"metadata is {size} characters; the limit is {MAX_METADATA_CHARS}")
+
+
+def _check_model_name(field_name: str, name: str) -> None:
+    """Requests ask for `model:adapter`, so neither part may hold the colon."""
+    check_model(name, MAX_MODEL_CHARS, field_name)
+    if ADAPTER_SEPARATOR in name:
+        raise invalid(f"{field_name} {name!r} has a {ADAPTER_SEPARATOR!r}: it separates an adapter")

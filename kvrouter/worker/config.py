@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvrouter._core import model_namespace
 from kvrouter.net import tls
 from kvrouter.roles import ROLES, Role
 
 
 @dataclass
 class WorkerConfig:
+    # The checkpoint directory.
     model: str
     # The router's gRPC address; empty runs the worker stand-alone.
     router: str = ""
@@ -31,6 +33,10 @@ class WorkerConfig:
     # The address peers and the router dial; defaults to the bound listen address.
     advertise: str = ""
     worker_id: int | None = None
+    # The model name requests ask for to reach this worker (empty: requests
+    # that name none); the router routes each model among its own workers.
+    served_model_name: str = ""
+    # Cache salt: blocks hash in the served model's namespace salted by it.
     namespace: str = ""
     block_size: int = 16
     num_kv_blocks: int = 1024
@@ -69,6 +75,12 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         self.routers = tuple(dict.fromkeys(r for r in (self.router, *self.routers) if r))
         self.router = self.routers[0] if self.routers else ""
+
+    @property
+    def hash_namespace(self) -> str:
+        """What the engine hashes its blocks in and publishes them under:
+        the router looks this model's requests up in the same namespace."""
+        return model_namespace(self.served_model_name, self.namespace)
 
     def validate(self) -> None:
         if len(self.routers) > 1 and not self.nats:

@@ -50,7 +50,7 @@ class DecodeSide:
         self.identity = requests.identity
         self.transfer = transfer
         self.layout = layout
-        self._hash = default_hash_tokens(self.config.block_size, self.config.namespace)
+        self._hash = default_hash_tokens(self.config.block_size, self.config.hash_namespace)
 
     def _check_handoff(self, prompt: list[int], params: SamplingParams, handoff) -> None:
         if handoff.num_tokens != len(prompt):

@@ -53,6 +53,11 @@ class Requests:
         """Prompt, sampling and request id; ValueError names what is wrong."""
         prompt = prompt_tokens(request)
         params = sampling_params(request.sampling)
+        if request.model != self.config.served_model_name:
+            raise ValueError(
+                f"model {request.model!r} is not the one this worker serves, "
+                f"{self.config.served_model_name!r}"
+            )
         if request.namespace != self.config.namespace:
             raise ValueError(
                 f"namespace {request.namespace!r} does not match this worker's "

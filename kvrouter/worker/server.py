@@ -48,7 +48,7 @@ class WorkerServer:
     def __init__(self, config: WorkerConfig, transfer: KvTransfer | None = None) -> None:
         config.validate()
         self.config = config
-        self.sink = MirroredEventSink(config.block_size, config.namespace)
+        self.sink = MirroredEventSink(config.block_size, config.hash_namespace)
         self.credentials = Credentials.from_files(
             config.token_file, config.ca_file, config.client_cert_file, config.client_key_file
         )
@@ -75,7 +75,7 @@ class WorkerServer:
                 max_num_batched_tokens=c.max_num_batched_tokens,
                 attention_backend=c.attention_backend,
                 device=c.device,
-                namespace=c.namespace,
+                namespace=c.hash_namespace,
             ),
             event_sink=self.sink,
         )
@@ -126,6 +126,7 @@ class WorkerServer:
                 address=self.identity.address,
                 block_size=c.block_size,
                 worker_id=worker_id,
+                model=c.served_model_name,
                 metadata={"namespace": c.namespace, "model": os.path.basename(str(c.model))},
                 load=self._load,
                 credentials=self.credentials,
@@ -137,7 +138,7 @@ class WorkerServer:
             await self._event_transport(c),
             worker_id,
             block_size=c.block_size,
-            namespace=c.namespace,
+            namespace=c.hash_namespace,
             dump_cache=self.sink.dump,
         )
         await self.publisher.start()

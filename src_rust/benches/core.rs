@@ -9,7 +9,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criteri
 use kvrouter_core::hashing::BlockHasher;
 use kvrouter_core::ids::{EngineBlockId, LocalHash, SeqHash, Tier, WorkerId};
 use kvrouter_core::index::{BlockContent, EventBatch, IndexConfig, KvEvent, PrefixIndex};
-use kvrouter_core::policy::{PolicyConfig, Role};
+use kvrouter_core::policy::{PolicyConfig, Role, Serves};
 use kvrouter_core::routing::{Prompt, Router, RouterOptions};
 use std::hint::black_box;
 use std::time::Duration;
@@ -277,7 +277,7 @@ fn decision_state(tokens: usize) -> (PrefixIndex, Router, Vec<Vec<u32>>) {
         .expect("default settings are valid");
     router.with_pool(|pool| {
         for w in 0..workers {
-            pool.upsert_worker(WorkerId(w), Role::Both, 1 << 20);
+            pool.upsert_worker(WorkerId(w), Role::Both, 1 << 20, &Serves::default());
         }
     });
     let prompts = (0..16)
@@ -304,7 +304,7 @@ fn decision(c: &mut Criterion) {
                     tokens: &prompts[next % prompts.len()],
                     namespace: "",
                 };
-                let routed = router.route(&index, "bench", black_box(prompt), 0);
+                let routed = router.route(&index, "bench", "", black_box(prompt), 0);
                 router.release("bench");
                 if next.is_multiple_of(1024) {
                     router.take_records();

@@ -107,15 +107,15 @@ impl RoutingPolicy for Baseline {
         request: &Request,
         overlaps: Overlaps,
     ) -> Result<Decision, RouteError> {
-        let decode_pool = pool.eligible(request.num_blocks, false);
+        let decode_pool = pool.eligible(request, false);
         if decode_pool.is_empty() {
             return Err(RouteError::NoWorker {
                 blocks: request.num_blocks,
-                registered: pool.len(),
+                registered: pool.serving(request.model),
             });
         }
         let decode = self.rank(pool, &decode_pool, request, overlaps);
-        let prefill_pool = pool.eligible(request.num_blocks, true);
+        let prefill_pool = pool.eligible(request, true);
         let prefill = if prefill_pool.is_empty() {
             Vec::new()
         } else {

@@ -1,6 +1,7 @@
 //! The cost of sending a request to a worker: its predicted time to first
 //! token, in milliseconds, split into the parts an explanation shows.
 
+use super::models::ModelId;
 use crate::index::TierDepths;
 
 /// Coefficients of the TTFT model. Defaults fit an H100-class engine serving
@@ -51,6 +52,8 @@ pub struct Load {
 /// The request being scored.
 #[derive(Copy, Clone, Debug, Default, PartialEq)]
 pub struct Request {
+    /// Only this model's workers are candidates.
+    pub model: ModelId,
     pub num_tokens: u64,
     pub num_blocks: u64,
     pub block_size: u64,
@@ -165,6 +168,7 @@ mod tests {
             num_tokens: tokens,
             num_blocks: tokens / 64,
             block_size: 64,
+            ..Request::default()
         }
     }
 

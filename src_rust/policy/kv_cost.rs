@@ -43,7 +43,7 @@ impl CostPolicy {
         prefill_pool: bool,
     ) -> Vec<Candidate> {
         let mut out: Vec<Candidate> = pool
-            .eligible(request.num_blocks, prefill_pool)
+            .eligible(request, prefill_pool)
             .into_iter()
             .map(|worker| {
                 let load = pool.load(worker);
@@ -103,7 +103,7 @@ impl RoutingPolicy for CostPolicy {
         let Some((d, how)) = self.pick(&local) else {
             return Err(RouteError::NoWorker {
                 blocks: request.num_blocks,
-                registered: pool.len(),
+                registered: pool.serving(request.model),
             });
         };
         let coefficients = self.config.coefficients;

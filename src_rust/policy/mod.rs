@@ -10,6 +10,7 @@ mod calibrate;
 mod config;
 mod cost;
 mod kv_cost;
+mod models;
 mod pool;
 mod select;
 
@@ -19,6 +20,7 @@ pub use calibrate::Calibrator;
 pub use config::{PolicyConfig, PolicyName};
 pub use cost::{Coefficients, Cost, Load, Request};
 pub use kv_cost::CostPolicy;
+pub use models::{ModelId, Serves, ADAPTER_SEPARATOR};
 pub use pool::{Pool, WorkerState};
 pub use select::{Candidate, Pick, Rng, Selector};
 
@@ -69,8 +71,10 @@ pub struct Decision {
 pub enum RouteError {
     #[error("request {0:?} is already routed")]
     DuplicateRequest(String),
-    #[error("no healthy decode-capable worker with room for {blocks} blocks ({registered} workers registered)")]
+    #[error("no healthy decode-capable worker with room for {blocks} blocks ({registered} workers of the model registered)")]
     NoWorker { blocks: u64, registered: usize },
+    #[error("model {0:?} is not served here: no registered worker serves it")]
+    UnknownModel(String),
     #[error("unknown worker {0}")]
     UnknownWorker(u64),
 }
@@ -98,9 +102,10 @@ pub enum Timing {
 
 /// The plug point: how workers are chosen for a request.
 ///
-/// Contract: `decide` picks a healthy decode-capable worker with room for
-/// the prompt from `pool` (and, when the pool has prefill workers, may
-/// split off the prefill to one of them), or returns `RouteError::NoWorker`.
+/// Contract: `decide` picks a healthy decode-capable worker of the
+/// request's model with room for the prompt (`Pool::eligible`; and, when
+/// the model has prefill workers, may split off the prefill to one of
+/// them), or returns `RouteError::NoWorker`.
 /// It books nothing: `Policy::route` charges the decision to the pool's
 /// book. Candidates are listed in the order the policy would fall back to
 /// them among equal costs.
@@ -216,5 +221,7 @@ impl Policy {
     }
 }
 
+#[cfg(test)]
+mod model_tests;
 #[cfg(test)]
 mod tests;

@@ -2,15 +2,19 @@
 //! reported, and the load book of what was routed to them.
 
 use super::book::{Booking, LoadBook};
-use super::cost::Load;
+use super::cost::{Load, Request};
+use super::models::{ModelId, Models, Serves};
 use super::{Role, RouteError};
 use crate::ids::WorkerId;
 use hashbrown::HashMap;
 
 /// What the router knows of one worker.
-#[derive(Copy, Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct WorkerState {
     pub role: Role,
+    /// The model names it is routed for (`Models`): its model, and
+    /// `model:adapter` for each adapter.
+    pub serves: Vec<ModelId>,
     pub capacity_blocks: u64,
     pub healthy: bool,
     /// The worker's own last report (queued prefill tokens, active decode
@@ -22,27 +26,75 @@ pub struct WorkerState {
 #[derive(Default, Debug)]
 pub struct Pool {
     workers: HashMap<WorkerId, WorkerState>,
+    models: Models,
     pub(super) book: LoadBook,
 }
 
 impl Pool {
-    pub fn upsert_worker(&mut self, worker: WorkerId, role: Role, capacity_blocks: u64) {
+    /// Adds or updates a worker. One that now serves another model leaves
+    /// the old model's pool; its bookings stay until they finish.
+    pub fn upsert_worker(
+        &mut self,
+        worker: WorkerId,
+        role: Role,
+        capacity_blocks: u64,
+        serves: &Serves,
+    ) {
+        let ids = self.models.serve(serves);
         let state = self.workers.entry(worker).or_insert(WorkerState {
             role,
+            serves: Vec::new(),
             capacity_blocks,
             healthy: true,
             reported: Load::default(),
         });
+        let previous = std::mem::replace(&mut state.serves, ids);
         state.role = role;
         state.capacity_blocks = capacity_blocks;
+        self.models.unserve(&previous);
     }
 
     /// Forgets the worker and releases the requests booked on it.
     pub fn remove_worker(&mut self, worker: WorkerId) -> Result<Vec<String>, RouteError> {
-        self.workers
+        let state = self
+            .workers
             .remove(&worker)
             .ok_or(RouteError::UnknownWorker(worker.0))?;
+        self.models.unserve(&state.serves);
         Ok(self.book.drop_worker(worker))
+    }
+
+    /// The model a request names, as the pool knows it: `UnknownModel`
+    /// when no registered worker serves it.
+    pub fn model(&self, name: &str) -> Result<ModelId, RouteError> {
+        self.models
+            .resolve(name)
+            .ok_or_else(|| RouteError::UnknownModel(name.to_owned()))
+    }
+
+    /// Every model name served, with how many of its workers are healthy
+    /// (routable now), sorted by name.
+    pub fn models(&self) -> Vec<(String, usize)> {
+        self.models
+            .names()
+            .into_iter()
+            .map(|(name, id)| {
+                let healthy = self
+                    .workers
+                    .values()
+                    .filter(|s| s.healthy && s.serves.contains(&id))
+                    .count();
+                (name.to_owned(), healthy)
+            })
+            .collect()
+    }
+
+    /// Registered workers that serve `model`, healthy or not.
+    pub fn serving(&self, model: ModelId) -> usize {
+        self.workers
+            .values()
+            .filter(|s| s.serves.contains(&model))
+            .count()
     }
 
     pub fn set_healthy(&mut self, worker: WorkerId, healthy: bool) -> Result<(), RouteError> {
@@ -78,15 +130,17 @@ impl Pool {
         self.workers.is_empty()
     }
 
-    /// Healthy workers with room for `blocks`, in id order: the prefill-role
-    /// ones when `prefill_pool`, else the decode-capable ones.
-    pub fn eligible(&self, blocks: u64, prefill_pool: bool) -> Vec<WorkerId> {
+    /// Healthy workers of the request's model with room for its blocks, in
+    /// id order: the prefill-role ones when `prefill_pool`, else the
+    /// decode-capable ones. The one place a decision is kept to its model.
+    pub fn eligible(&self, request: &Request, prefill_pool: bool) -> Vec<WorkerId> {
         let mut out: Vec<WorkerId> = self
             .workers
             .iter()
             .filter(|(_, s)| {
                 s.healthy
-                    && s.capacity_blocks >= blocks
+                    && s.serves.contains(&request.model)
+                    && s.capacity_blocks >= request.num_blocks
                     && (s.role == Role::Prefill) == prefill_pool
             })
             .map(|(id, _)| *id)

@@ -3,13 +3,15 @@ use super::*;
 fn policy(workers: &[(u64, Role)]) -> Policy {
     let mut p = Policy::new(PolicyConfig::default());
     for &(id, role) in workers {
-        p.pool.upsert_worker(WorkerId(id), role, 16_384);
+        p.pool
+            .upsert_worker(WorkerId(id), role, 16_384, &Serves::default());
     }
     p
 }
 
 fn request(blocks: u64) -> Request {
     Request {
+        model: ModelId::UNNAMED,
         num_tokens: blocks * 64,
         num_blocks: blocks,
         block_size: 64,
@@ -112,7 +114,8 @@ fn errors_are_specific() {
         p.route("a", request(1), &[], 0),
         Err(RouteError::NoWorker { .. })
     ));
-    p.pool.upsert_worker(WorkerId(1), Role::Decode, 4);
+    p.pool
+        .upsert_worker(WorkerId(1), Role::Decode, 4, &Serves::default());
     assert!(matches!(
         p.route("a", request(5), &[], 0),
         Err(RouteError::NoWorker { .. })
@@ -186,7 +189,8 @@ fn a_backlogged_pool_keeps_requests_with_their_cache() {
             ..PolicyConfig::default()
         });
         for (id, queued) in [(0, 80_000), (1, 50_000)] {
-            p.pool.upsert_worker(WorkerId(id), Role::Both, 16_384);
+            p.pool
+                .upsert_worker(WorkerId(id), Role::Both, 16_384, &Serves::default());
             let load = Load {
                 queued_prefill_tokens: queued,
                 ..Load::default()

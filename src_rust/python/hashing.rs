@@ -1,7 +1,7 @@
 //! Python functions for block hashing.
 
 use super::ints::Tokens;
-use crate::hashing::{chain_all, namespace_seed, BlockHasher, DEFAULT_BLOCK_SIZE};
+use crate::hashing::{chain_all, model_namespace, namespace_seed, BlockHasher, DEFAULT_BLOCK_SIZE};
 use crate::ids::{LocalHash, SeqHash};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -100,4 +100,12 @@ pub fn chain_hashes(local_hashes: Vec<u64>, parent: Option<u64>) -> Vec<u64> {
 #[pyfunction(name = "namespace_seed")]
 pub fn py_namespace_seed(namespace: &str) -> u64 {
     namespace_seed(namespace)
+}
+
+/// The namespace a model's blocks hash in, salted by `namespace`: what a
+/// worker serving `model` publishes its blocks under, and what the router
+/// looks a request for `model` up in.
+#[pyfunction(name = "model_namespace")]
+pub fn py_model_namespace(model: &str, namespace: &str) -> String {
+    model_namespace(model, namespace).into_owned()
 }

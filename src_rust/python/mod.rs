@@ -25,6 +25,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hashing::local_block_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(hashing::chain_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(hashing::py_namespace_seed, m)?)?;
+    m.add_function(wrap_pyfunction!(hashing::py_model_namespace, m)?)?;
     m.add_class::<events::PyTier>()?;
     m.add_class::<events::PyStored>()?;
     m.add_class::<events::PyRemoved>()?;
@@ -44,12 +45,15 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<router::PyRouteStats>()?;
     m.add_class::<router::PyRouter>()?;
     m.add_function(wrap_pyfunction!(router::check_namespace, m)?)?;
+    m.add_function(wrap_pyfunction!(router::check_model, m)?)?;
     m.add_function(wrap_pyfunction!(router::prompt_length, m)?)?;
     m.add("RouteRefused", m.py().get_type::<router::RouteRefused>())?;
+    m.add("UnknownModel", m.py().get_type::<router::UnknownModel>())?;
     m.add(
         "NoWorkerAvailable",
         m.py().get_type::<router::NoWorkerAvailable>(),
     )?;
     m.add("DEFAULT_BLOCK_SIZE", crate::hashing::DEFAULT_BLOCK_SIZE)?;
+    m.add("ADAPTER_SEPARATOR", crate::policy::ADAPTER_SEPARATOR)?;
     Ok(())
 }

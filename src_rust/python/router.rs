@@ -9,13 +9,13 @@ use super::decision::{PyBooking, PyDecision};
 use super::index::PyPrefixIndex;
 use super::ints::{extract_hashes, Tokens};
 use crate::ids::{SeqHash, WorkerId};
-use crate::policy::{Load, PolicyConfig, Role, RouteError, Timing};
+use crate::policy::{Load, PolicyConfig, Role, RouteError, Serves, Timing};
 use crate::routing::{self, BookingChange, Histogram, Prompt, Refusal, RouterOptions};
 use crate::wire::{self, Directory, Limits};
 use parking_lot::RwLock;
 use prost::Message;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyKeyError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyException, PyKeyError, PyLookupError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::time::Instant;
@@ -25,6 +25,13 @@ create_exception!(
     NoWorkerAvailable,
     PyRuntimeError,
     "No healthy worker can take the request (none registered, all unhealthy, or none with room for the prompt)."
+);
+
+create_exception!(
+    kvrouter._core,
+    UnknownModel,
+    PyLookupError,
+    "The request names a model that no registered worker serves."
 );
 
 create_exception!(
@@ -40,6 +47,7 @@ fn to_pyerr(error: RouteError) -> PyErr {
         RouteError::DuplicateRequest(_) => PyValueError::new_err(message),
         RouteError::UnknownWorker(_) => PyKeyError::new_err(message),
         RouteError::NoWorker { .. } => NoWorkerAvailable::new_err(message),
+        RouteError::UnknownModel(_) => UnknownModel::new_err(message),
     }
 }
 
@@ -112,7 +120,7 @@ impl PyRouter {
         };
         let routed = self
             .router
-            .route(index, &request.request_id, prompt, now_ms)
+            .route(index, &request.request_id, &request.model, prompt, now_ms)
             .map_err(|(id, e)| (id, Refusal::from(e)))?;
         let response = self
             .directory
@@ -153,7 +161,7 @@ impl PyRouter {
     #[pyo3(signature = (
         index, config = None, *, clock = None, id_prefix = "r", log_decisions = false,
         share_bookings = false, max_prompt_tokens = None, max_namespace_chars = None,
-        max_request_id_chars = None
+        max_model_chars = None, max_request_id_chars = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -165,6 +173,7 @@ impl PyRouter {
         share_bookings: bool,
         max_prompt_tokens: Option<usize>,
         max_namespace_chars: Option<usize>,
+        max_model_chars: Option<usize>,
         max_request_id_chars: Option<usize>,
     ) -> PyResult<Self> {
         let config = match config {
@@ -188,6 +197,7 @@ impl PyRouter {
             limits: Limits {
                 max_prompt_tokens: max_prompt_tokens.unwrap_or(usize::MAX),
                 max_namespace_chars: max_namespace_chars.unwrap_or(usize::MAX),
+                max_model_chars: max_model_chars.unwrap_or(usize::MAX),
                 max_request_id_chars: max_request_id_chars.unwrap_or(usize::MAX),
             },
             directory: RwLock::new(Directory::default()),
@@ -219,21 +229,30 @@ impl PyRouter {
 
     // -- the registry
 
-    /// Adds or updates a worker; `address` is what responses name.
-    #[pyo3(signature = (worker_id, role, capacity_blocks, address = String::new()))]
+    /// Adds or updates a worker; `address` is what responses name. It is
+    /// routed requests for `model` (empty: requests that name none) and for
+    /// `model:adapter` for each of `adapters`.
+    #[pyo3(signature = (
+        worker_id, role, capacity_blocks, address = String::new(), *, model = String::new(),
+        adapters = Vec::new()
+    ))]
     fn upsert_worker(
         &self,
         worker_id: u64,
         role: &str,
         capacity_blocks: u64,
         address: String,
+        model: String,
+        adapters: Vec<String>,
     ) -> PyResult<()> {
         let parsed = parse_role(role)?;
         if capacity_blocks == 0 {
             return Err(PyValueError::new_err("capacity_blocks must be positive"));
         }
-        self.router
-            .with_pool(|pool| pool.upsert_worker(WorkerId(worker_id), parsed, capacity_blocks));
+        let serves = Serves { model, adapters };
+        self.router.with_pool(|pool| {
+            pool.upsert_worker(WorkerId(worker_id), parsed, capacity_blocks, &serves)
+        });
         self.directory
             .write()
             .set(WorkerId(worker_id), role.to_owned(), address);
@@ -326,18 +345,23 @@ impl PyRouter {
 
     // -- routing
 
-    /// Picks the workers for a request and books its load on them, with
-    /// the GIL released. The prompt is `tokens` (hashed here, in
-    /// `namespace`) or its block `hashes` (with `num_tokens`). An empty
-    /// `request_id` gets one made here. Raises NoWorkerAvailable, or
-    /// ValueError for a request id in flight.
-    #[pyo3(signature = (request_id, tokens = None, namespace = "", *, hashes = None, num_tokens = None))]
+    /// Picks the workers for a request among those of `model` and books
+    /// its load on them, with the GIL released. The prompt is `tokens`
+    /// (hashed here, in the model's namespace salted by `namespace`) or its
+    /// block `hashes` (with `num_tokens`). An empty `request_id` gets one
+    /// made here. Raises UnknownModel, NoWorkerAvailable, or ValueError for
+    /// a request id in flight.
+    #[pyo3(signature = (
+        request_id, tokens = None, namespace = "", *, model = "", hashes = None, num_tokens = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn route(
         &self,
         py: Python<'_>,
         request_id: &str,
         tokens: Option<&Bound<'_, PyAny>>,
         namespace: &str,
+        model: &str,
         hashes: Option<&Bound<'_, PyAny>>,
         num_tokens: Option<u64>,
     ) -> PyResult<PyDecision> {
@@ -351,7 +375,7 @@ impl PyRouter {
                         tokens: tokens.as_slice(),
                         namespace,
                     };
-                    self.router.route(index, request_id, prompt, now_ms)
+                    self.router.route(index, request_id, model, prompt, now_ms)
                 })
             }
             (None, Some(hashes)) => {
@@ -362,7 +386,7 @@ impl PyRouter {
                         hashes: &hashes,
                         num_tokens,
                     };
-                    self.router.route(index, request_id, prompt, now_ms)
+                    self.router.route(index, request_id, model, prompt, now_ms)
                 })
             }
             _ => {
@@ -409,6 +433,13 @@ impl PyRouter {
     /// Frees the request's load; False when it was not booked.
     fn cancelled(&self, request_id: &str) -> bool {
         self.router.release(request_id)
+    }
+
+    /// Every model name workers serve (`model`, `model:adapter`; "" for
+    /// workers that name none) with how many of its workers are routable
+    /// now.
+    fn models(&self) -> Vec<(String, usize)> {
+        self.router.models()
     }
 
     /// Requests booked and not yet finished.
@@ -535,4 +566,11 @@ pub fn prompt_length(tokens: usize, packed_bytes: usize, max_tokens: usize) -> P
 #[pyfunction]
 pub fn check_namespace(namespace: &str, max_chars: usize) -> PyResult<()> {
     wire::check_namespace(namespace, max_chars).map_err(PyValueError::new_err)
+}
+
+/// Raises ValueError unless the model name is printable and at most
+/// `max_chars` characters long.
+#[pyfunction]
+pub fn check_model(model: &str, max_chars: usize) -> PyResult<()> {
+    wire::check_model(model, max_chars).map_err(PyValueError::new_err)
 }

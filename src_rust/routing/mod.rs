@@ -13,7 +13,7 @@ pub use stats::{
     json_lines, BookedAs, DecisionRecord, Histogram, RouteStats, LATENCY_BOUNDS, RATIO_BOUNDS,
 };
 
-use crate::hashing::BlockHasher;
+use crate::hashing::{model_namespace, BlockHasher};
 use crate::ids::{SeqHash, WorkerId};
 use crate::index::PrefixIndex;
 use crate::policy::{
@@ -26,8 +26,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Past this many predicted blocks in the index, routing adds no more.
 pub const MAX_APPROXIMATE_BLOCKS: usize = 1_000_000;
 
-/// A prompt as the caller has it: tokens (hashed here, in `namespace`), or
-/// block hashes already made, with the prompt's token count if known.
+/// A prompt as the caller has it: tokens (hashed here, in the model's
+/// namespace salted by `namespace`: `hashing::model_namespace`), or block
+/// hashes already made, with the prompt's token count if known.
 #[derive(Copy, Clone, Debug)]
 pub enum Prompt<'a> {
     Tokens {
@@ -149,13 +150,15 @@ impl Router {
         self.policy.lock().config.clone()
     }
 
-    /// Decides where the request goes and books it. An empty `request_id`
-    /// gets one made here. On refusal, returns the request id with the
-    /// error; a refused request books nothing.
+    /// Decides where the request goes, among the workers of `model` (a
+    /// model, `model:adapter`, or empty for the unnamed model), and books
+    /// it. An empty `request_id` gets one made here. On refusal, returns the
+    /// request id with the error; a refused request books nothing.
     pub fn route(
         &self,
         index: &PrefixIndex,
         request_id: &str,
+        model: &str,
         prompt: Prompt<'_>,
         now_ms: u64,
     ) -> Result<Routed, (String, RouteError)> {
@@ -169,7 +172,8 @@ impl Router {
         let hashed;
         let (hashes, num_tokens) = match prompt {
             Prompt::Tokens { tokens, namespace } => {
-                hashed = BlockHasher::for_namespace(self.block_size as usize, namespace)
+                let namespace = model_namespace(model, namespace);
+                hashed = BlockHasher::for_namespace(self.block_size as usize, &namespace)
                     .seq_hashes(tokens);
                 (hashed.as_slice(), tokens.len() as u64)
             }
@@ -178,7 +182,7 @@ impl Router {
                 num_tokens.unwrap_or(hashes.len() as u64 * self.block_size),
             ),
         };
-        match self.decide(index, &request_id, hashes, num_tokens, now_ms) {
+        match self.decide(index, &request_id, model, hashes, num_tokens, now_ms) {
             Ok(decision) => {
                 let routed = Routed {
                     request_id,
@@ -206,6 +210,7 @@ impl Router {
         &self,
         index: &PrefixIndex,
         request_id: &str,
+        model: &str,
         hashes: &[SeqHash],
         num_tokens: u64,
         now_ms: u64,
@@ -215,13 +220,14 @@ impl Router {
         } else {
             index.find_matches(hashes, false).scores
         };
-        let request = Request {
-            num_tokens,
-            num_blocks: hashes.len() as u64,
-            block_size: self.block_size,
-        };
         let (decision, backlogged) = {
             let mut policy = self.policy.lock();
+            let request = Request {
+                model: policy.pool.model(model)?,
+                num_tokens,
+                num_blocks: hashes.len() as u64,
+                block_size: self.block_size,
+            };
             let decision = policy.route(request_id, request, &matched, now_ms)?;
             let prefilling = decision.prefill_worker.unwrap_or(decision.decode_worker);
             let backlogged = policy.pool.reported_queue_tokens(prefilling) > 0;
@@ -354,6 +360,12 @@ impl Router {
         Ok(retired.len())
     }
 
+    /// Every model name served, with how many of its workers are routable
+    /// now, sorted by name.
+    pub fn models(&self) -> Vec<(String, usize)> {
+        self.policy.lock().pool.models()
+    }
+
     /// Runs `f` on the pool: the registry and peers' bookings.
     pub fn with_pool<R>(&self, f: impl FnOnce(&mut Pool) -> R) -> R {
         f(&mut self.policy.lock().pool)
@@ -412,5 +424,7 @@ impl Router {
     }
 }
 
+#[cfg(test)]
+mod model_tests;
 #[cfg(test)]
 mod tests;

@@ -8,6 +8,7 @@ use crate::policy::RouteError;
 pub enum Code {
     InvalidArgument,
     Internal,
+    NotFound,
     Unavailable,
 }
 
@@ -17,6 +18,7 @@ impl Code {
         match self {
             Code::InvalidArgument => "INVALID_ARGUMENT",
             Code::Internal => "INTERNAL",
+            Code::NotFound => "NOT_FOUND",
             Code::Unavailable => "UNAVAILABLE",
         }
     }
@@ -43,6 +45,7 @@ impl From<RouteError> for Refusal {
         let code = match error {
             RouteError::DuplicateRequest(_) => Code::InvalidArgument,
             RouteError::NoWorker { .. } => Code::Unavailable,
+            RouteError::UnknownModel(_) => Code::NotFound,
             // Raised by registry calls, never by routing: reaching it here
             // would be the router's fault.
             RouteError::UnknownWorker(_) => Code::Internal,

@@ -2,7 +2,7 @@ use super::*;
 use crate::hashing::namespace_seed;
 use crate::ids::{EngineBlockId, Tier};
 use crate::index::{BlockContent, EventBatch, IndexConfig, KvEvent};
-use crate::policy::{PolicyName, Role};
+use crate::policy::{PolicyName, Role, Serves};
 
 const BS: u64 = 16;
 
@@ -10,7 +10,7 @@ fn router(config: PolicyConfig, options: RouterOptions) -> Router {
     let router = Router::new(BS, config, options).unwrap();
     router.with_pool(|pool| {
         for w in 0..2 {
-            pool.upsert_worker(WorkerId(w), Role::Both, 10_000);
+            pool.upsert_worker(WorkerId(w), Role::Both, 10_000, &Serves::default());
         }
     });
     router
@@ -68,7 +68,7 @@ fn every_decision_is_counted_and_recorded() {
     let index = cached_on_1(8);
     let r = router(PolicyConfig::default(), logged());
     let prompt_tokens = tokens(8 * BS as u32);
-    let routed = r.route(&index, "a", prompt(&prompt_tokens), 0).unwrap();
+    let routed = r.route(&index, "a", "", prompt(&prompt_tokens), 0).unwrap();
     assert_eq!(routed.decision.decode_worker, WorkerId(1));
     assert_eq!(routed.num_blocks, 8);
     let stats = r.stats();
@@ -88,7 +88,7 @@ fn every_decision_is_counted_and_recorded() {
 fn a_refusal_is_counted_by_code_and_books_nothing() {
     let index = empty_index();
     let r = Router::new(BS, PolicyConfig::default(), logged()).unwrap();
-    let (id, error) = r.route(&index, "", prompt(&tokens(32)), 0).unwrap_err();
+    let (id, error) = r.route(&index, "", "", prompt(&tokens(32)), 0).unwrap_err();
     assert!(matches!(error, RouteError::NoWorker { .. }));
     assert!(id.starts_with("r-"), "{id}");
     assert_eq!(r.stats().errors["UNAVAILABLE"], 1);
@@ -101,8 +101,10 @@ fn a_refusal_is_counted_by_code_and_books_nothing() {
 fn a_duplicate_request_id_is_refused() {
     let index = empty_index();
     let r = router(PolicyConfig::default(), RouterOptions::default());
-    r.route(&index, "a", prompt(&tokens(32)), 0).unwrap();
-    let (_, error) = r.route(&index, "a", prompt(&tokens(32)), 0).unwrap_err();
+    r.route(&index, "a", "", prompt(&tokens(32)), 0).unwrap();
+    let (_, error) = r
+        .route(&index, "a", "", prompt(&tokens(32)), 0)
+        .unwrap_err();
     assert_eq!(error, RouteError::DuplicateRequest("a".into()));
     assert_eq!(r.stats().errors["INVALID_ARGUMENT"], 1);
 }
@@ -117,7 +119,7 @@ fn made_up_request_ids_are_unique() {
     let r = router(PolicyConfig::default(), options);
     let ids: Vec<String> = (0..3)
         .map(|_| {
-            r.route(&index, "", prompt(&tokens(4)), 0)
+            r.route(&index, "", "", prompt(&tokens(4)), 0)
                 .unwrap()
                 .request_id
         })
@@ -131,11 +133,12 @@ fn hashes_and_tokens_decide_alike() {
     let r = router(PolicyConfig::default(), RouterOptions::default());
     let all = tokens(4 * BS as u32 + 3);
     let hashes = BlockHasher::for_namespace(BS as usize, "").seq_hashes(&all);
-    let by_tokens = r.route(&index, "t", prompt(&all), 0).unwrap();
+    let by_tokens = r.route(&index, "t", "", prompt(&all), 0).unwrap();
     let by_hashes = r
         .route(
             &index,
             "h",
+            "",
             Prompt::Hashes {
                 hashes: &hashes,
                 num_tokens: Some(all.len() as u64),
@@ -154,7 +157,7 @@ fn hashes_and_tokens_decide_alike() {
 fn predictions_are_made_only_behind_a_backlog() {
     let index = empty_index();
     let r = router(PolicyConfig::default(), RouterOptions::default());
-    let idle = r.route(&index, "idle", prompt(&tokens(64)), 0).unwrap();
+    let idle = r.route(&index, "idle", "", prompt(&tokens(64)), 0).unwrap();
     assert_eq!(index.num_approximate(), 0, "an idle pool predicts nothing");
     r.with_pool(|pool| {
         for w in 0..2 {
@@ -165,7 +168,9 @@ fn predictions_are_made_only_behind_a_backlog() {
             pool.report_load(WorkerId(w), load).unwrap();
         }
     });
-    let busy = r.route(&index, "busy", prompt(&tokens(128)), 0).unwrap();
+    let busy = r
+        .route(&index, "busy", "", prompt(&tokens(128)), 0)
+        .unwrap();
     assert_eq!(index.num_approximate(), 8);
     let holder = busy.decision.decode_worker;
     let matches = index.find_matches(
@@ -180,7 +185,7 @@ fn predictions_are_made_only_behind_a_backlog() {
 fn booking_changes_follow_the_lifecycle() {
     let index = empty_index();
     let r = router(PolicyConfig::default(), logged());
-    let routed = r.route(&index, "a", prompt(&tokens(64)), 0).unwrap();
+    let routed = r.route(&index, "a", "", prompt(&tokens(64)), 0).unwrap();
     assert!(r.prefill_done("a"));
     assert!(!r.prefill_done("a"));
     assert!(r.release("a"));
@@ -226,7 +231,7 @@ fn a_peer_replicas_bookings_steer_the_choice() {
         };
         pool.book_mut().charge_remote("peer", "p".into(), booking);
     });
-    let routed = r.route(&index, "a", prompt(&tokens(64)), 0).unwrap();
+    let routed = r.route(&index, "a", "", prompt(&tokens(64)), 0).unwrap();
     assert_eq!(routed.decision.decode_worker, WorkerId(1));
     assert_eq!(r.load(WorkerId(0)).unwrap().queued_prefill_tokens, 50_000);
     r.with_pool(|pool| pool.book_mut().drop_replica("peer"));
@@ -243,18 +248,18 @@ fn baselines_are_chosen_by_name() {
     let r = router(config(PolicyName::RoundRobin), RouterOptions::default());
     let turns: Vec<u64> = (0..4)
         .map(|i| {
-            let routed = r.route(&index, &format!("r{i}"), prompt(&tokens(128)), 0);
+            let routed = r.route(&index, &format!("r{i}"), "", prompt(&tokens(128)), 0);
             routed.unwrap().decision.decode_worker.0
         })
         .collect();
     assert_eq!(turns, [0, 1, 0, 1]);
     let r = router(config(PolicyName::OverlapOnly), RouterOptions::default());
     for i in 0..3 {
-        let routed = r.route(&index, &format!("o{i}"), prompt(&tokens(128)), 0);
+        let routed = r.route(&index, &format!("o{i}"), "", prompt(&tokens(128)), 0);
         assert_eq!(routed.unwrap().decision.decode_worker, WorkerId(1));
     }
     let r = router(config(PolicyName::Dynamo), RouterOptions::default());
-    let routed = r.route(&index, "d", prompt(&tokens(128)), 0).unwrap();
+    let routed = r.route(&index, "d", "", prompt(&tokens(128)), 0).unwrap();
     assert_eq!(routed.decision.decode_worker, WorkerId(1));
     assert_eq!(
         routed.decision.prefill_tokens, 0,
@@ -272,12 +277,12 @@ fn a_split_baseline_lists_retries_in_turn() {
     let r = Router::new(BS, config, RouterOptions::default()).unwrap();
     r.with_pool(|pool| {
         for w in 0..3 {
-            pool.upsert_worker(WorkerId(w), Role::Decode, 10_000);
+            pool.upsert_worker(WorkerId(w), Role::Decode, 10_000, &Serves::default());
         }
-        pool.upsert_worker(WorkerId(9), Role::Prefill, 10_000);
+        pool.upsert_worker(WorkerId(9), Role::Prefill, 10_000, &Serves::default());
     });
-    r.route(&index, "a", prompt(&tokens(32)), 0).unwrap();
-    let routed = r.route(&index, "b", prompt(&tokens(32)), 0).unwrap();
+    r.route(&index, "a", "", prompt(&tokens(32)), 0).unwrap();
+    let routed = r.route(&index, "b", "", prompt(&tokens(32)), 0).unwrap();
     let d = &routed.decision;
     assert_eq!(d.prefill_worker, Some(WorkerId(9)));
     let order: Vec<u64> = d.decode_candidates.iter().map(|c| c.worker.0).collect();
@@ -304,7 +309,7 @@ fn a_forgotten_finish_is_retired_at_the_workers_next_report() {
     let r = router(PolicyConfig::default(), logged());
     let grace = PolicyConfig::default().unreported_grace_ms;
     let first = r
-        .route(&index, "forgotten", prompt(&tokens(64)), 0)
+        .route(&index, "forgotten", "", prompt(&tokens(64)), 0)
         .unwrap();
     let worker = first.decision.decode_worker;
     r.take_booking_changes();
@@ -327,7 +332,8 @@ fn a_forgotten_finish_is_retired_at_the_workers_next_report() {
         active_requests: 1,
         ..Load::default()
     };
-    r.route(&index, "counted", prompt(&tokens(64)), 0).unwrap();
+    r.route(&index, "counted", "", prompt(&tokens(64)), 0)
+        .unwrap();
     let holder = r.with_pool(|pool| pool.book().own().next().unwrap().1.decode_worker);
     assert_eq!(
         r.report_load(holder, busy, 10 * grace).unwrap(),

@@ -16,6 +16,8 @@ pub struct RouteRequest {
     pub namespace: String,
     #[prost(bool, tag = "5")]
     pub explain: bool,
+    #[prost(string, tag = "6")]
+    pub model: String,
 }
 
 /// `kvrouter.v1.Candidate`

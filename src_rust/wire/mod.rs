@@ -10,7 +10,7 @@ mod route;
 
 pub use events::{decode_publish, DecodedBatch, Publish};
 pub use messages::{Candidate, Explanation, RouteError, RouteRequest, RouteResponse};
-pub use route::{check_namespace, parse, prompt_length, Directory, Limits, Routable};
+pub use route::{check_model, check_namespace, parse, prompt_length, Directory, Limits, Routable};
 
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,7 @@ use prost::Message;
 pub struct Limits {
     pub max_prompt_tokens: usize,
     pub max_namespace_chars: usize,
+    pub max_model_chars: usize,
     pub max_request_id_chars: usize,
 }
 
@@ -22,6 +23,7 @@ pub struct Routable {
     pub request_id: String,
     pub tokens: Vec<u32>,
     pub namespace: String,
+    pub model: String,
     pub explain: bool,
 }
 
@@ -46,6 +48,7 @@ fn check(request: RouteRequest, limits: &Limits) -> Result<Routable, (String, Re
     )
     .map_err(refuse)?;
     check_namespace(&request.namespace, limits.max_namespace_chars).map_err(refuse)?;
+    check_model(&request.model, limits.max_model_chars).map_err(refuse)?;
     if request.request_id.chars().count() > limits.max_request_id_chars {
         return Err(refuse(format!(
             "request_id is longer than {} characters",
@@ -56,6 +59,7 @@ fn check(request: RouteRequest, limits: &Limits) -> Result<Routable, (String, Re
         tokens: prompt_tokens(request.tokens, &request.tokens_u32le),
         request_id: request.request_id,
         namespace: request.namespace,
+        model: request.model,
         explain: request.explain,
     })
 }
@@ -105,14 +109,24 @@ pub fn prompt_length(
 
 /// A namespace is printable and at most `max_chars` characters long.
 pub fn check_namespace(namespace: &str, max_chars: usize) -> Result<(), String> {
-    let chars = namespace.chars().count();
+    check_printable("namespace", namespace, max_chars)
+}
+
+/// A requested model name (`model` or `model:adapter`) is printable and
+/// at most `max_chars` characters long.
+pub fn check_model(model: &str, max_chars: usize) -> Result<(), String> {
+    check_printable("model", model, max_chars)
+}
+
+fn check_printable(field: &str, value: &str, max_chars: usize) -> Result<(), String> {
+    let chars = value.chars().count();
     if chars > max_chars {
         return Err(format!(
-            "namespace is {chars} characters; the limit is {max_chars}"
+            "{field} is {chars} characters; the limit is {max_chars}"
         ));
     }
-    if namespace.chars().any(char::is_control) {
-        return Err("namespace must not contain control characters".into());
+    if value.chars().any(char::is_control) {
+        return Err(format!("{field} must not contain control characters"));
     }
     Ok(())
 }

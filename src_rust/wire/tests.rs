@@ -8,6 +8,7 @@ use prost::Message;
 const LIMITS: Limits = Limits {
     max_prompt_tokens: 8,
     max_namespace_chars: 4,
+    max_model_chars: 5,
     max_request_id_chars: 6,
 };
 
@@ -83,6 +84,22 @@ fn each_bad_request_is_refused_as_invalid_with_its_reason() {
         ),
         (
             RouteRequest {
+                tokens: vec![1],
+                model: "llama3".into(),
+                ..Default::default()
+            },
+            "model is 6 characters; the limit is 5",
+        ),
+        (
+            RouteRequest {
+                tokens: vec![1],
+                model: "a\nb".into(),
+                ..Default::default()
+            },
+            "model must not contain control characters",
+        ),
+        (
+            RouteRequest {
                 request_id: "r234567".into(),
                 tokens: vec![1],
                 ..Default::default()
@@ -127,6 +144,10 @@ fn policy_errors_map_to_their_status_codes() {
         Code::Unavailable
     );
     assert_eq!(code(PolicyError::UnknownWorker(3)), Code::Internal);
+    assert_eq!(
+        code(PolicyError::UnknownModel("llama".into())),
+        Code::NotFound
+    );
 }
 
 fn scored(worker: u64, device: u32) -> Scored {

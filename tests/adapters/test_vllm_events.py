@@ -168,3 +168,37 @@ def test_data_parallel_ranks_are_separate_workers(farm):
                 }
 
     run(scenario())
+
+
+def test_engines_of_two_models_are_routed_and_matched_per_model(farm):
+    llama, (pub_llama,) = farm.start("llama-a", "map", model="llama", adapters=("sql",))
+    qwen, (pub_qwen,) = farm.start("qwen-a", "map", model="qwen")
+    hasher = EngineHasher(as_bytes=True)
+    tokens, adapter = prompt(1, 4), prompt(2, 2)
+
+    async def scenario():
+        index = PrefixIndex(BS)
+        router = Router(index)
+        register_engines(router, [llama, qwen])
+        async with EngineSubscriber([llama, qwen], IndexSink(index), block_size=BS):
+            [w_llama], [w_qwen] = llama.worker_ids, qwen.worker_ids
+            seq_llama = pub_llama.publish(
+                [
+                    vs.stored("map", hasher.hashes(tokens), tokens),
+                    vs.stored("map", hasher.hashes(adapter), adapter, lora_name="sql"),
+                ]
+            )
+            seq_qwen = pub_qwen.publish([vs.stored("map", hasher.hashes(tokens), tokens)])
+            await delivered(index, w_llama, seq_llama)
+            await delivered(index, w_qwen, seq_qwen)
+            for model, worker in (("llama", w_llama), ("qwen", w_qwen)):
+                assert index.find_matches_for_tokens(tokens, namespace=model).scores == {worker: 4}
+                d = router.route(f"r-{model}", tokens, model=model)
+                assert d.decode_worker == worker
+            assert index.find_matches_for_tokens(adapter, namespace="llama:sql").scores == {
+                w_llama: 2
+            }
+            assert router.route("r-sql", adapter, model="llama:sql").decode_worker == w_llama
+            assert dict(router.models()) == {"llama": 1, "llama:sql": 1, "qwen": 1}
+
+    run(scenario())

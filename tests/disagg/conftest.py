@@ -35,11 +35,18 @@ def reference(tiny_model):
 
 
 def start_cluster(
-    model, tmp_path_factory, router_env: dict, worker_args: list[str], router_args=()
+    model,
+    tmp_path_factory,
+    router_env: dict,
+    worker_args: list[str],
+    router_args=(),
+    *,
+    roles=ROLES,
+    models=None,
 ):
     cluster = LocalCluster(
         model,
-        ROLES,
+        roles,
         router_env={
             "KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS": "64",
             # The tests read the index through Route (helpers.overlap), which
@@ -49,6 +56,7 @@ def start_cluster(
         },
         router_args=list(router_args),
         worker_args=["--num-kv-blocks", "512", *worker_args],
+        served_models=models,
         log_dir=tmp_path_factory.mktemp("cluster-logs"),
     )
     return cluster.start()

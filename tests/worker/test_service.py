@@ -133,6 +133,23 @@ def test_bad_requests_are_refused_and_leave_nothing_behind(start_worker):
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+def test_a_request_for_another_model_is_refused(start_worker):
+    worker = start_worker(served_model_name="llama")
+    sampling = gen.SamplingParams(max_tokens=4, ignore_eos=True)
+    for model in ("qwen", ""):
+        with pytest.raises(grpc.RpcError) as e:
+            collect(
+                worker.stub.Generate(
+                    gen.GenerateRequest(tokens=[1, 2], model=model, sampling=sampling)
+                )
+            )
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "'llama'" in e.value.details()
+    served = gen.GenerateRequest(tokens=[1, 2], model="llama", sampling=sampling)
+    assert len(collect(worker.stub.Generate(served))[0]) == 4
+    assert idle(worker.status())
+
+
 def test_decode_refuses_a_foreign_handoff(start_worker):
     prefill, decode = start_worker(namespace="a"), start_worker(namespace="b")
     tokens = prompt(8, 64)

@@ -9,7 +9,9 @@ data_parallel_size = 2                     # DP rank r publishes on port + r
 role = "both"                              # prefill | decode | both
 address = "http://10.0.0.5:8000"           # what clients are told to call
 capacity_blocks = 40000
-namespace = "llama-3-8b"                   # hashing namespace of its blocks
+model = "llama-3-8b"                       # the model requests name to reach it
+adapters = ["sql"]                         # LoRA adapters it serves: "llama-3-8b:sql"
+namespace = ""                             # cache salt its blocks hash with
 ```
 
 `worker_ids = [11, 12]` pins the worker id of each DP rank; by default they
@@ -39,6 +41,12 @@ class EngineConfig:
     address: str = ""
     # The engine's KV capacity; only used to exclude prompts that cannot fit.
     capacity_blocks: int = 1_000_000
+    # The model it serves, as requests name it (empty: requests that name
+    # none), and the LoRA adapters it serves on it (`model:adapter`). Its
+    # blocks hash in the model's (or the adapter's) namespace.
+    model: str = ""
+    adapters: tuple[str, ...] = ()
+    # Cache salt: blocks hash in the model's namespace salted by it.
     namespace: str = ""
     # ZMQ topic prefix to subscribe to ("" is every message).
     topic: str = ""
@@ -122,8 +130,9 @@ def load_engines(source: str | Path | dict[str, Any]) -> list[EngineConfig]:
         unknown = set(entry) - known
         if unknown:
             raise ValueError(f"engine {entry.get('name')!r}: unknown keys {sorted(unknown)}")
-        if "worker_ids" in entry:
-            entry = {**entry, "worker_ids": tuple(entry["worker_ids"])}
+        for key in ("worker_ids", "adapters"):
+            if key in entry:
+                entry = {**entry, key: tuple(entry[key])}
         engines.append(EngineConfig(**entry))
     names = [e.name for e in engines]
     if len(set(names)) != len(names):

@@ -5,8 +5,12 @@
   engine's hash seed and scheme never matter.
 - `medium` becomes the tier. An unknown medium is skipped: claiming a tier
   the router cannot price would be worse than not knowing the block.
-- LoRA blocks hash in the adapter's namespace (`lora_name`, or `lora-<id>`
-  from engines that only send the id); other blocks in the engine's.
+- Blocks hash in the engine's model's namespace (`_core.model_namespace`,
+  salted by its `namespace`), LoRA blocks in the adapter's (`model:lora`,
+  with `lora_name`, or `lora-<id>` from engines that only send the id): what
+  the router looks requests for `model` and `model:adapter` up in. An engine
+  that names no model keeps the namespaces it had before models: its own,
+  and the adapter's name alone.
 - A block whose `extra_keys` carry more than its LoRA name (multimodal
   hashes, a cache salt) is not determined by its tokens alone. It hashes in a
   namespace derived from those keys, so it (and, through the chain, every
@@ -24,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from kvrouter._core import ADAPTER_SEPARATOR, model_namespace
 from kvrouter.adapters.vllm.wire import (
     AllBlocksCleared,
     BlockHash,
@@ -61,9 +66,13 @@ def engine_block_id(block_hash: BlockHash) -> int:
 class EventConverter:
     """Converts one engine's events; counts what it had to skip."""
 
-    def __init__(self, block_size: int, namespace: str = "", kv_group: int = 0) -> None:
+    def __init__(
+        self, block_size: int, namespace: str = "", kv_group: int = 0, *, model: str = ""
+    ) -> None:
         self.block_size = block_size
-        self.namespace = namespace
+        self.model = model
+        self.salt = namespace
+        self.namespace = model_namespace(model, namespace)
         self.kv_group = kv_group
         self.skipped: Counter[str] = Counter()
 
@@ -103,7 +112,7 @@ class EventConverter:
             if isinstance(event.lora_name, str) and event.lora_name
             else (f"lora-{event.lora_id}" if isinstance(event.lora_id, int) else None)
         )
-        base = lora or self.namespace
+        base = self._adapter_namespace(lora) if lora else self.namespace
         extra = event.extra_keys if isinstance(event.extra_keys, list) else []
         namespaces = [
             _namespace(base, extra[i] if i < len(extra) else None, lora) for i in range(full)
@@ -123,6 +132,11 @@ class EventConverter:
                 )
                 start = end
         return runs
+
+    def _adapter_namespace(self, lora: str) -> str:
+        if not self.model:
+            return lora
+        return model_namespace(f"{self.model}{ADAPTER_SEPARATOR}{lora}", self.salt)
 
     def _in_group(self, group: Any) -> bool:
         return not isinstance(group, int) or group == self.kv_group

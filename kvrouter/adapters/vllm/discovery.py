@@ -11,6 +11,12 @@ def register_engines(router, engines: list[EngineConfig]) -> list[int]:
     ids = []
     for engine in engines:
         for worker_id in engine.worker_ids:
-            router.upsert_worker(worker_id, engine.role, engine.capacity_blocks)
+            router.upsert_worker(
+                worker_id,
+                engine.role,
+                engine.capacity_blocks,
+                model=engine.model,
+                adapters=list(engine.adapters),
+            )
             ids.append(worker_id)
     return ids

@@ -97,6 +97,8 @@ class VllmSidecar:
                     address=engine.address,
                     block_size=self.block_size,
                     worker_id=stream.worker_id,
+                    model=engine.model,
+                    adapters=engine.adapters,
                     metadata={"engine": engine.name, "dp_rank": str(stream.dp_rank)},
                 )
                 await registration.start(wait_for_router=True)

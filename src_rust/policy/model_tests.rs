@@ -1,0 +1,125 @@
+//! The pool filter: a request is decided among its model's workers only.
+
+use super::*;
+
+fn serving(model: &str, adapters: &[&str]) -> Serves {
+    Serves {
+        model: model.to_owned(),
+        adapters: adapters.iter().map(|a| (*a).to_owned()).collect(),
+    }
+}
+
+/// Workers 0 and 1 serve llama (1 with the sql adapter), 2 and 3 qwen, 4
+/// names no model.
+fn two_models(name: PolicyName) -> Policy {
+    let mut p = Policy::new(PolicyConfig {
+        policy: name,
+        ..PolicyConfig::default()
+    });
+    let workers = [
+        serving("llama", &[]),
+        serving("llama", &["sql"]),
+        serving("qwen", &[]),
+        serving("qwen", &[]),
+        serving("", &[]),
+    ];
+    for (id, serves) in workers.iter().enumerate() {
+        p.pool
+            .upsert_worker(WorkerId(id as u64), Role::Both, 16_384, serves);
+    }
+    p
+}
+
+fn request(p: &Policy, model: &str) -> Result<Request, RouteError> {
+    Ok(Request {
+        model: p.pool.model(model)?,
+        num_tokens: 640,
+        num_blocks: 10,
+        block_size: 64,
+    })
+}
+
+/// The decode workers of 40 requests for `model`.
+fn chosen(p: &mut Policy, model: &str) -> Vec<u64> {
+    (0..40)
+        .map(|i| {
+            let r = request(p, model).unwrap();
+            p.route(&format!("{model}-{i}"), r, &[], 0)
+                .unwrap()
+                .decode_worker
+                .0
+        })
+        .collect()
+}
+
+#[test]
+fn every_policy_keeps_each_model_to_its_own_workers() {
+    for policy in PolicyName::ALL {
+        let name = policy.name();
+        let mut p = two_models(policy);
+        let llama = chosen(&mut p, "llama");
+        assert!(llama.iter().all(|w| *w < 2), "{name}: {llama:?}");
+        let qwen = chosen(&mut p, "qwen");
+        assert!(qwen.iter().all(|w| *w == 2 || *w == 3), "{name}: {qwen:?}");
+        assert!(chosen(&mut p, "").iter().all(|w| *w == 4), "{name}");
+        assert!(
+            chosen(&mut p, "llama:sql").iter().all(|w| *w == 1),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_model_no_worker_serves_is_unknown_and_one_all_unhealthy_is_unavailable() {
+    let mut p = two_models(PolicyName::Kvrouter);
+    assert_eq!(
+        request(&p, "mistral"),
+        Err(RouteError::UnknownModel("mistral".into()))
+    );
+    assert!(request(&p, "qwen:sql").is_err(), "qwen has no sql adapter");
+    p.pool.set_healthy(WorkerId(2), false).unwrap();
+    p.pool.set_healthy(WorkerId(3), false).unwrap();
+    let r = request(&p, "qwen").unwrap();
+    assert_eq!(
+        p.route("q", r, &[], 0),
+        Err(RouteError::NoWorker {
+            blocks: 10,
+            registered: 2
+        })
+    );
+}
+
+#[test]
+fn the_unnamed_model_is_known_with_no_worker_as_before_models() {
+    let p = Policy::new(PolicyConfig::default());
+    assert_eq!(p.pool.model(""), Ok(ModelId::UNNAMED));
+}
+
+#[test]
+fn a_worker_registered_again_with_another_model_moves_pools() {
+    let mut p = two_models(PolicyName::RoundRobin);
+    p.pool
+        .upsert_worker(WorkerId(1), Role::Both, 16_384, &serving("qwen", &[]));
+    assert!(chosen(&mut p, "llama").iter().all(|w| *w == 0));
+    let qwen = chosen(&mut p, "qwen");
+    assert!(qwen.contains(&1) && !qwen.contains(&0), "{qwen:?}");
+    assert!(
+        request(&p, "llama:sql").is_err(),
+        "its adapter left with it"
+    );
+    p.pool.remove_worker(WorkerId(0)).unwrap();
+    assert!(request(&p, "llama").is_err(), "no worker serves llama now");
+}
+
+#[test]
+fn models_counts_each_names_routable_workers() {
+    let mut p = two_models(PolicyName::Kvrouter);
+    p.pool.set_healthy(WorkerId(3), false).unwrap();
+    let models = p.pool.models();
+    let count = |name: &str| models.iter().find(|(n, _)| n == name).map(|(_, c)| *c);
+    assert_eq!(count("llama"), Some(2));
+    assert_eq!(count("llama:sql"), Some(1));
+    assert_eq!(count("qwen"), Some(1));
+    assert_eq!(count(""), Some(1));
+    assert_eq!(models.len(), 4);
+}
