@@ -268,7 +268,8 @@ class Workers:
 
 class BigBatches:
     """A worker that publishes the biggest batches the router takes, back to
-    back: one storing `events` one-block events, the next removing them.
+    back: one storing `events` one-block events (with their tokens, as
+    kvrouter workers send them), the next removing them.
     The requests are serialized once; a batch's number is prepended as a
     message of its own, which protobuf merges into the same batch."""
 
@@ -276,7 +277,11 @@ class BigBatches:
         self.channel = channel
         self.worker_id = worker_id
         stored = [
-            pb.KvEvent(stored=pb.StoredEvent(block_ids=[i + 1], local_hashes=[i + 1]))
+            pb.KvEvent(
+                stored=pb.StoredEvent(
+                    block_ids=[i + 1], token_ids=range(BLOCK * i, BLOCK * (i + 1))
+                )
+            )
             for i in range(events)
         ]
         removed = [pb.KvEvent(removed=pb.RemovedEvent(block_ids=[i + 1])) for i in range(events)]
