@@ -64,7 +64,9 @@ class ModelTokenizer:
             return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[
                 0
             ].ids
-        except UnicodeEncodeError:
+        except TypeError:
+            # A str that is not valid Unicode (a lone surrogate, which JSON
+            # can carry) is refused when tokenizers takes it in.
             raise ValueError("the prompt is not valid Unicode (a lone surrogate)") from None
 
     async def encode_async(self, text: str, *, add_special_tokens: bool = True) -> list[int]:

@@ -88,7 +88,7 @@ turns={{ ns.turns }} year={{ strftime_now('%Y')[:2] }}
 """
 
 FEATURE_MESSAGES = [
-    {"role": "user", "content": "<b>bold</b> & \"quoted\" — ünïcödé"},
+    {"role": "user", "content": '<b>bold</b> & "quoted" — ünïcödé'},
     {"role": "tool", "content": "skipped"},
     {"role": "assistant", "content": "a <tag>"},
 ]
