@@ -1,12 +1,11 @@
 """A model's tokenizer and chat template, for an OpenAI-compatible server.
 
-Encoding a long prompt takes long (a 600k-character prompt, about 0.7 s), so
-the async methods run it on a thread pool. `tokenizers`' `Tokenizer.encode`
-holds the GIL for its whole run: on a pool thread it still stops the event
-loop's thread (a ticking thread got 90 of 3,700 ticks during a 2 s encode).
-`encode_batch` releases the GIL (3,500 of 3,750 ticks), so every encode here
-is an `encode_batch` of one text. Rendering a template is Python and holds
-the GIL, but only between the interpreter's switches."""
+Encoding a long prompt takes long (424k characters: 0.5-0.7 s), so the async
+methods run it on a thread pool. `tokenizers`' `Tokenizer.encode` holds the
+GIL all that time, so it would stop the event loop even from a pool thread
+(another thread's longest stall: 632 ms of 688); `encode_batch` releases it
+(50 ms of 674), so every encode here is an `encode_batch` of one text.
+docs/frontend.md has the measurements."""
 
 from __future__ import annotations
 
