@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from tokenizers import Tokenizer
 
 REPLACEMENT = "\ufffd"
-# Ids kept ahead of the read point when the window restarts: the bytes of a
-# pending character (at most 3, one or more per token), and left context for
-# decoders that treat a window's first token apart (SentencePiece's space).
+# The latest ids a restarted window keeps: enough for the bytes of a pending
+# character (at most 3, one or more per token), and left context for decoders
+# that treat a window's first token apart (SentencePiece's leading space).
 CONTEXT_IDS = 4
 # A window that long with a pending character is restarted anyway (invalid
 # bytes from the model would otherwise grow it without end).

@@ -60,13 +60,14 @@ class ModelTokenizer:
         if not isinstance(text, str):
             raise ValueError("the prompt must be a string")
         try:
-            return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[
-                0
-            ].ids
+            (encoding,) = self._tokenizer.encode_batch(
+                [text], add_special_tokens=add_special_tokens
+            )
         except TypeError:
             # A str that is not valid Unicode (a lone surrogate, which JSON
             # can carry) is refused when tokenizers takes it in.
             raise ValueError("the prompt is not valid Unicode (a lone surrogate)") from None
+        return encoding.ids
 
     async def encode_async(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         return await self._off_loop(
