@@ -40,7 +40,10 @@ def read_tokenizer_files(directory: str | Path) -> TokenizerFiles:
     tokenizer_file = directory / "tokenizer.json"
     if not tokenizer_file.is_file():
         raise ValueError(f"{directory} has no tokenizer.json")
-    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    try:
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    except Exception as e:  # tokenizers raises a bare Exception for a bad file
+        raise ValueError(f"{tokenizer_file} does not load: {e}") from None
     config = _json(directory / "tokenizer_config.json")
     special_tokens = {
         name: _token_text(config[name]) for name in SPECIAL_TOKEN_NAMES if config.get(name)

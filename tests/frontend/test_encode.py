@@ -2,6 +2,7 @@
 encode leaves the event loop free."""
 
 import asyncio
+import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -40,8 +41,15 @@ def test_a_prompt_that_is_not_text_is_a_value_error(tokenizer, bad):
         tokenizer.encode(bad)
 
 
-def test_no_tokenizer_json_is_a_value_error(tmp_path):
+def test_a_bad_model_dir_is_a_value_error(model_dir, tmp_path):
     with pytest.raises(ValueError, match="has no tokenizer.json"):
+        ModelTokenizer.from_dir(tmp_path)
+    (tmp_path / "tokenizer.json").write_text('{"model": "nonsense"}')
+    with pytest.raises(ValueError, match="tokenizer.json does not load"):
+        ModelTokenizer.from_dir(tmp_path)
+    shutil.copy(model_dir / "tokenizer.json", tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="tokenizer_config.json is not JSON"):
         ModelTokenizer.from_dir(tmp_path)
 
 
