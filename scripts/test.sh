@@ -12,7 +12,7 @@ fi
 
 python3 -m venv .venv
 .venv/bin/pip install -q -U pip
-.venv/bin/pip install -q -e ".[test,engine]"
+.venv/bin/pip install -q -e ".[test,engine,frontend]"
 
 echo "== lint"
 .venv/bin/ruff check .

@@ -29,8 +29,18 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "replay": frozenset({"_core", "policy"}),
     "client": frozenset({"_core", "events", "net", "proto_gen"}),
     "adapters": frozenset({"_core", "client", "events", "net", "proto_gen"}),
+    "frontend": frozenset({"_core", "client", "events", "net", "proto_gen"}),
     "service": frozenset(
-        {"_core", "events", "net", "policy", "proto_gen", "roles", "sampling_rules"}
+        {
+            "_core",
+            "events",
+            "frontend",
+            "net",
+            "policy",
+            "proto_gen",
+            "roles",
+            "sampling_rules",
+        }
     ),
     "service.replicas": frozenset(
         {"_core", "adapters", "events", "net", "policy", "proto_gen", "roles", "service"}

@@ -1,6 +1,7 @@
 """Small random-weight Llama/Qwen2 checkpoints, for tests and demos where no
 real weights can be downloaded. They use the HF layout (config.json, sharded
-safetensors with an index), so HF transformers loads them too."""
+safetensors with an index, and the tokenizer files of
+`kvrouter.engine.tiny_tokenizer`), so HF transformers loads them too."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
+
+from kvrouter.engine.tiny_tokenizer import write_tiny_tokenizer
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 
@@ -32,7 +35,8 @@ def write_tiny_checkpoint(
     config_style: str = "transformers5",
     seed: int = 0,
 ) -> Path:
-    """Writes config.json and two safetensors shards into `path`.
+    """Writes config.json, two safetensors shards and the tokenizer files
+    into `path`; the tokenizer's ids are below `vocab_size`.
 
     `config_style` picks the config spelling: "transformers5" (`dtype`,
     `rope_parameters`) or "transformers4" (`torch_dtype`, top-level
@@ -120,4 +124,5 @@ def write_tiny_checkpoint(
             total_size += tensor.numel() * tensor.element_size()
     index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
     (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    write_tiny_tokenizer(path, vocab_size, max_position_embeddings)
     return path
