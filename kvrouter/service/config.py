@@ -65,6 +65,15 @@ class ServiceConfig:
     # Events in one batch; a bigger batch is refused (INVALID_ARGUMENT).
     # Batches are bounded by the message size too; this bounds the work.
     max_batch_events: int = 65_536
+    # The OpenAI-compatible HTTP front door (`/v1/chat/completions`,
+    # `/v1/completions`, `/v1/models`, `/health`, `/ready`); empty: off.
+    http_listen: str = ""
+    # The models the front door serves, each `NAME=DIRECTORY`: the directory
+    # holds the model's tokenizer files (tokenizer.json, tokenizer_config.json);
+    # the model's workers register NAME (`--served-model-name`).
+    served_models: tuple[str, ...] = ()
+    # Front-door requests in flight at once; one more is 429 with Retry-After.
+    http_max_requests: int = 256
     # On SIGTERM: how long in-flight calls may take to finish.
     drain_grace_s: float = 10.0
     # Index snapshot file: restored at start, written at shutdown; empty: none.
@@ -145,6 +154,13 @@ class ServiceConfig:
         check_listen("--listen", self.listen)
         if self.metrics_listen:
             check_listen("--metrics-listen", self.metrics_listen)
+        if self.http_listen:
+            check_listen("--http-listen", self.http_listen)
+            if not self.served_models:
+                raise ValueError("--http-listen needs --served-models NAME=TOKENIZER_DIR[,...]")
+        served_model_dirs(self.served_models)
+        if self.http_max_requests <= 0:
+            raise ValueError("http_max_requests must be positive")
         tls.check(self)
         if self.auth_tokens_file:
             tls.check_readable("auth_tokens_file", self.auth_tokens_file)
@@ -156,6 +172,20 @@ class ServiceConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "policy": self.policy.to_dict()}
+
+
+def served_model_dirs(served: tuple[str, ...]) -> dict[str, Path]:
+    """`served_models` as {name: tokenizer directory}; ValueError naming the
+    entry that is not NAME=DIRECTORY or whose directory does not exist."""
+    models: dict[str, Path] = {}
+    for entry in served:
+        name, _, directory = entry.partition("=")
+        if not name or not directory:
+            raise ValueError(f"--served-models {entry!r}: expected NAME=TOKENIZER_DIR")
+        if not Path(directory, "tokenizer.json").is_file():
+            raise ValueError(f"--served-models {entry!r}: no tokenizer.json in {directory}")
+        models[name] = Path(directory)
+    return models
 
 
 def _knobs(cls: type) -> dict[str, Any]:

@@ -72,22 +72,33 @@ class GenerationProxy:
         return prompt, request_id
 
     async def generate(self, request: gen.GenerateRequest, context):
+        """The Generate call: `stream` with the call's deadline, its refusals
+        and failures as the call's status."""
+        remaining = context.time_remaining()
         try:
-            prompt, request_id = self._validate(request)
+            async with aclosing(self.stream(request, remaining)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
         except ServiceError as e:
             await context.abort(e.code, e.message)
-        remaining = context.time_remaining()
-        deadline = Deadline(self.ctx.config.default_timeout_s if remaining is None else remaining)
+
+    async def stream(self, request: gen.GenerateRequest, timeout_s: float | None):
+        """The request's chunks, routed and driven through the workers within
+        `timeout_s` (None: `default_timeout_s`). ServiceError when it is
+        refused or fails. Closing the stream early cancels the request on
+        the workers; either way its booking is closed."""
+        prompt, request_id = self._validate(request)
+        deadline = Deadline(self.ctx.config.default_timeout_s if timeout_s is None else timeout_s)
         try:
             decision = self.ctx.policy.route(
                 request_id, prompt, request.namespace, model=request.model
             )
         except UnknownModel as e:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+            raise ServiceError(grpc.StatusCode.NOT_FOUND, str(e)) from None
         except NoWorkerAvailable as e:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+            raise ServiceError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
         except ValueError as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            raise invalid(str(e)) from None
         forwarded = gen.GenerateRequest()
         forwarded.CopyFrom(request)
         forwarded.request_id = request_id
@@ -105,7 +116,7 @@ class GenerationProxy:
                     "fields": {"request_id": request_id, "code": e.code.name, "error": e.message}
                 },
             )
-            await context.abort(e.code, e.message)
+            raise ServiceError(e.code, e.message) from None
         finally:
             run.cleanup()
             if finished:

@@ -28,7 +28,7 @@ from kvrouter.net.malformed import MalformedRequests
 from kvrouter.policy import Router
 from kvrouter.proto_gen import router_pb2, router_pb2_grpc
 from kvrouter.service import decision_log, snapshot_file
-from kvrouter.service.config import ServiceConfig
+from kvrouter.service.config import ServiceConfig, served_model_dirs
 from kvrouter.service.errors import StartupError
 from kvrouter.service.events import EventIngest
 from kvrouter.service.generate import GenerationProxy, ProxyingRouterService
@@ -124,6 +124,8 @@ class RouterServer:
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
         self._metrics_http = None
+        self.http_port = 0
+        self._front_door = None
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
         # Set when the shutdown could not write the snapshot.
@@ -210,8 +212,13 @@ class RouterServer:
                 raise StartupError(
                     f"--metrics-listen {self.config.metrics_listen}: {e.strerror.lower()}"
                 ) from None
+        if self.config.http_listen:
+            self._front_door = self._front_door_server()
         await server.start()
         self._server = server
+        if self._front_door is not None:
+            await self._front_door.start()
+            self.http_port = self._front_door.port
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._tasks.append(asyncio.create_task(self._expire_loop()))
@@ -225,11 +232,37 @@ class RouterServer:
                 "fields": {
                     "port": self.port,
                     "metrics_port": self.metrics_port,
+                    "http_port": self.http_port,
                     "block_size": self.config.block_size,
                     "pid": os.getpid(),
                 }
             },
         )
+
+    def _front_door_server(self):
+        """The OpenAI-compatible front door, bound, not yet serving."""
+        listen = self.config.http_listen
+        try:
+            from kvrouter.service.openai.app import FrontDoor
+            from kvrouter.service.openai.http_server import HttpServer
+        except ModuleNotFoundError as e:
+            raise StartupError(
+                f"--http-listen needs {e.name}, not installed: pip install 'kvrouter[frontend]'"
+            ) from None
+        try:
+            door = FrontDoor(
+                self.generation,
+                self.workers,
+                served_model_dirs(self.config.served_models),
+                max_prompt_tokens=self.config.max_prompt_tokens,
+                max_requests=self.config.http_max_requests,
+            )
+        except ValueError as e:
+            raise StartupError(f"--served-models: {e}") from None
+        try:
+            return HttpServer(door.app, listen, drain_grace_s=self.config.drain_grace_s)
+        except OSError as e:
+            raise StartupError(f"--http-listen {listen}: {e.strerror.lower()}") from None
 
     async def _expire_loop(self) -> None:
         period = min(self.config.heartbeat_interval_s, self.config.heartbeat_ttl_s / 4)
@@ -266,6 +299,8 @@ class RouterServer:
                 task.cancel()
             self.events.close_all("the router is shutting down")
             self.routing.close_streams()
+            if self._front_door is not None:
+                await self._front_door.stop()
             await self._server.stop(grace)
             await self.generation.close()
             self.routing.decision_log.flush()

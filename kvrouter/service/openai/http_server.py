@@ -1,0 +1,50 @@
+"""The front door's HTTP server: uvicorn (httptools' parser) serving the
+Starlette app on the router's own event loop, from a socket the router
+binds itself, so that the gRPC service and the front door share one
+process and one loop, and the router keeps its own signal handling."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+
+import uvicorn
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):
+        # SIGTERM and SIGINT are the router's: it drains, then stops this server.
+        yield
+
+
+class HttpServer:
+    def __init__(self, app, listen: str, *, drain_grace_s: float) -> None:
+        """Binds `listen` (`HOST:PORT`, checked); OSError when it cannot. At
+        shutdown, open responses get `drain_grace_s` to finish."""
+        host, _, port = listen.rpartition(":")
+        self.socket = socket.create_server((host.strip("[]"), int(port)))
+        self.port = self.socket.getsockname()[1]
+        config = uvicorn.Config(
+            app,
+            lifespan="off",
+            access_log=False,
+            log_config=None,
+            timeout_graceful_shutdown=drain_grace_s,
+        )
+        self._server = _Server(config)
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._server.serve(sockets=[self.socket]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+                raise RuntimeError("the HTTP server stopped as it started")
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        self._server.should_exit = True
+        if self._task is not None:
+            await self._task

@@ -1,0 +1,194 @@
+"""The OpenAI-compatible front door with the official `openai` SDK, sync and
+async, streaming and not, against a real router (`--http-listen`) and CPU
+workers on a tiny checkpoint that ships its own tokenizer: greedy answers
+equal the engine's own `generate` for the same tokens, errors carry their
+status and an OpenAI-shaped body, and a client that goes away mid-stream
+leaves no request, lease or pinned block on any worker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+from waiting import wait_until
+
+from kvrouter.demo.cluster import free_port
+from kvrouter.frontend import ModelTokenizer
+
+from .conftest import start_cluster
+from .helpers import all_idle
+
+MODEL = "tiny"
+MAX_PROMPT = 300
+GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
+
+
+@pytest.fixture(scope="module")
+def front_door(tiny_model, tmp_path_factory):
+    port = free_port()
+    cluster = start_cluster(
+        tiny_model,
+        tmp_path_factory,
+        {},
+        [],
+        [
+            "--http-listen",
+            f"127.0.0.1:{port}",
+            "--served-models",
+            f"{MODEL}={tiny_model}",
+            "--max-prompt-tokens",
+            str(MAX_PROMPT),
+        ],
+        roles=["prefill", "decode"],
+        models=[MODEL, MODEL],
+    )
+    base = f"http://127.0.0.1:{port}"
+    wait_until(lambda: _get(base + "/ready")[0] == 200, what="the front door to be ready")
+    yield cluster, base
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model):
+    return ModelTokenizer.from_dir(tiny_model)
+
+
+@pytest.fixture
+def client(front_door):
+    cluster, base = front_door
+    with openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0) as client:
+        yield client
+    wait_until(lambda: all_idle(cluster), what="every worker to be idle")
+
+
+def _get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def _post(url: str, body: bytes) -> tuple[int, dict, dict]:
+    request = urllib.request.Request(url, body, {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, dict(r.headers), json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.load(e)
+
+
+def test_models_health_and_ready(front_door):
+    _, base = front_door
+    assert _get(base + "/health") == (200, {"status": "ok"})
+    assert _get(base + "/ready") == (200, {"ready": True, "routable_workers": {MODEL: 2}})
+    status, models = _get(base + "/v1/models")
+    assert status == 200
+    assert [m["id"] for m in models["data"]] == [MODEL]
+
+
+def test_a_completion_equals_the_engines_greedy_tokens(client, tokenizer, reference):
+    prompt = "The quick brown fox jumps over the lazy dog. " * 3
+    answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, **GREEDY)
+    tokens = tokenizer.encode(prompt)
+    assert answer.choices[0].text == tokenizer.decode(reference(tokens, 8))
+    assert answer.choices[0].finish_reason == "length"
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (len(tokens), 8)
+
+
+def test_a_streamed_chat_equals_the_engines_greedy_tokens(client, tokenizer, reference):
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Say something about caches, 键值缓存 🚀"},
+    ]
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=12,
+        stream=True,
+        stream_options={"include_usage": True},
+        **GREEDY,
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    tokens = tokenizer.render_and_encode(messages).token_ids
+    assert text == tokenizer.decode(reference(tokens, 12))
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage.completion_tokens == 12
+
+
+def test_the_async_client_streams_completions(front_door, tokenizer, reference):
+    _, base = front_door
+
+    async def run() -> str:
+        async with openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused") as client:
+            stream = await client.completions.create(
+                model=MODEL, prompt="Hello there", max_tokens=6, stream=True, **GREEDY
+            )
+            return "".join([c.choices[0].text async for c in stream])
+
+    assert asyncio.run(run()) == tokenizer.decode(reference(tokenizer.encode("Hello there"), 6))
+
+
+def test_a_stop_string_ends_the_answer_before_it(client, tokenizer, reference):
+    prompt = "Once upon a time"
+    full = tokenizer.decode(reference(tokenizer.encode(prompt), 16))
+    stop = full[3:6]
+    answer = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=16, stop=[stop], **GREEDY
+    )
+    assert answer.choices[0].text == full[: full.index(stop)]
+    assert answer.choices[0].finish_reason == "stop"
+
+
+def test_a_client_gone_mid_stream_frees_the_workers(front_door, client):
+    cluster, _ = front_door
+    stream = client.completions.create(
+        model=MODEL, prompt="a long answer please", max_tokens=200, stream=True, **GREEDY
+    )
+    next(iter(stream))
+    stream.close()
+    wait_until(lambda: all_idle(cluster), what="the cancelled request to leave the workers")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "says"),
+    [
+        ({"model": "nope", "prompt": "hi"}, 404, "does not exist"),
+        ({"model": MODEL, "prompt": "hi", "max_tokens": 0}, 400, "max_tokens"),
+        ({"model": MODEL, "prompt": "hi", "temperature": 1e-45}, 400, "temperature"),
+        ({"model": MODEL, "prompt": list(range(MAX_PROMPT + 1))}, 413, "at most"),
+        ({"model": MODEL, "prompt": "hi", "n": 2}, 400, "n=1"),
+        ({"model": MODEL, "prompt": 7}, 400, "prompt"),
+        ({"model": MODEL}, 400, "prompt"),
+    ],
+)
+def test_bad_requests_get_their_status_and_an_openai_body(front_door, body, status, says):
+    _, base = front_door
+    got, _, answer = _post(base + "/v1/completions", json.dumps(body).encode())
+    assert got == status
+    assert says in answer["error"]["message"]
+    assert set(answer["error"]) == {"message", "type", "param", "code"}
+
+
+def test_bad_json_and_nan_are_400(front_door):
+    _, base = front_door
+    for body in (
+        b"{not json",
+        json.dumps({"model": MODEL, "prompt": "x", "temperature": math.nan}).encode(),
+    ):
+        status, _, answer = _post(base + "/v1/chat/completions", body)
+        assert status == 400, answer
+        assert answer["error"]["type"] == "invalid_request_error"
+
+
+def test_the_sdk_raises_its_own_errors(client):
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=MODEL, messages="not a list")
