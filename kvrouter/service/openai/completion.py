@@ -40,6 +40,13 @@ class Completion:
         self.created = int(time.time())
         self.completion_tokens = 0
 
+    def stop_token_ids(self) -> list[int]:
+        """The request's stop ids, and the model's end-of-sequence ids (from
+        its tokenizer files, which may name more than the engine knows)
+        unless it asks to ignore them."""
+        eos = [] if self.body.ignore_eos else self.tokenizer.eos_token_ids
+        return sorted({*self.body.stop_token_ids, *eos})
+
     def generate_request(self) -> gen.GenerateRequest:
         body = self.body
         sampling = gen.SamplingParams(
@@ -47,7 +54,7 @@ class Completion:
             top_p=body.top_p,
             top_k=body.top_k,
             max_tokens=self.max_tokens,
-            stop_token_ids=body.stop_token_ids,
+            stop_token_ids=self.stop_token_ids(),
             ignore_eos=body.ignore_eos,
         )
         if body.seed is not None:
@@ -63,7 +70,7 @@ class Completion:
         text = TextStream(
             self.tokenizer.detokenizer(),
             stop=self.body.stop_strings(),
-            stop_token_ids=self.body.stop_token_ids,
+            stop_token_ids=self.stop_token_ids(),
         )
         async with aclosing(chunks):
             async for chunk in chunks:
