@@ -52,6 +52,7 @@ class LocalCluster:
         worker_args: list[str] | None = None,
         log_dir: str | Path | None = None,
         start_timeout_s: float = 120.0,
+        worker_router: str = "",
     ) -> None:
         self.model = str(model)
         self.roles = list(roles)
@@ -62,6 +63,8 @@ class LocalCluster:
         self.worker_args = list(worker_args or [])
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="kvrouter-cluster-"))
         self.start_timeout_s = start_timeout_s
+        # Where the workers join: the router itself, or a proxy in front of it.
+        self.worker_router = worker_router
         self.target = ""
         self.router: subprocess.Popen | None = None
         self.workers: dict[int, subprocess.Popen] = {}
@@ -135,7 +138,8 @@ class LocalCluster:
             listed = {w.worker_id: w.address for w in self._client.list_workers()}
             if worker_id in listed:
                 self._replaced[worker_id] = listed[worker_id]
-        args = ["worker", "--model", self.model, "--router", self.target, "--role", role]
+        router = self.worker_router or self.target
+        args = ["worker", "--model", self.model, "--router", router, "--role", role]
         args += ["--worker-id", str(worker_id), "--log-format", "text", *self.worker_args]
         self.workers[worker_id] = self._spawn(self._log_name(worker_id), args, {})
 
