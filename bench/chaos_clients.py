@@ -46,10 +46,14 @@ class Tally:
         self.calls: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
         self.messages: dict[str, Counter[str]] = {}
+        # (monotonic time, "call outcome") of every call that did not succeed.
+        self.failures: list[tuple[float, str]] = []
 
     def count(self, call: str, outcome: str, message: str = "") -> None:
         self.calls[call] += 1
         self.outcomes[f"{call} {outcome}"] += 1
+        if outcome not in ("ok", "failed over"):
+            self.failures.append((time.monotonic(), f"{call} {outcome}"))
         if message:
             masked = re.sub(r"\d+", "N", message)[:100]
             self.messages.setdefault(f"{call} {outcome}", Counter())[masked] += 1

@@ -41,6 +41,12 @@ class Faults:
         self.injected: Counter[str] = Counter()
         # Router start times (monotonic), the first included.
         self.router_starts = [time.monotonic()]
+        # Per router restart: seconds from the signal to the router's exit,
+        # and to the new one answering.
+        self.router_exit_s: list[float] = []
+        self.router_down_s: list[float] = []
+        # (start, end, fault) of each fault, monotonic.
+        self.timeline: list[tuple[float, float, str]] = []
         # Processes found exited that no fault had stopped.
         self.unexpected_exits: Counter[str] = Counter()
 
@@ -52,9 +58,23 @@ class Faults:
         self._revive()
         names = list(WEIGHTS)
         fault = self.rng.choices(names, weights=[WEIGHTS[n] for n in names])[0]
+        started = time.monotonic()
         getattr(self, fault)()
+        self.timeline.append((started, time.monotonic(), fault))
         self.injected[fault] += 1
         return fault
+
+    def blame(self, failures: list[tuple[float, str]], after_s: float) -> dict[str, Counter]:
+        """Failed calls by the fault under way, or ended less than `after_s`
+        before (the latest such fault); "none" for the others."""
+        blamed: dict[str, Counter] = {}
+        for at, what in failures:
+            fault = "none"
+            for started, ended, name in self.timeline:
+                if started <= at <= ended + after_s:
+                    fault = name
+            blamed.setdefault(fault, Counter())[what] += 1
+        return blamed
 
     def _revive(self) -> None:
         """Restarts what exited on its own, counting it."""
@@ -70,15 +90,19 @@ class Faults:
         self.cluster.restart_router()
         self.router_starts.append(time.monotonic())
 
-    def router_sigterm(self) -> None:
-        self.cluster.router.send_signal(signal.SIGTERM)
+    def _stop_router(self, sig: signal.Signals) -> None:
+        signalled = time.monotonic()
+        self.cluster.router.send_signal(sig)
         self.cluster.router.wait(60)
+        self.router_exit_s.append(round(time.monotonic() - signalled, 2))
         self._restart_router()
+        self.router_down_s.append(round(time.monotonic() - signalled, 2))
+
+    def router_sigterm(self) -> None:
+        self._stop_router(signal.SIGTERM)
 
     def router_sigkill(self) -> None:
-        self.cluster.router.kill()
-        self.cluster.router.wait(60)
-        self._restart_router()
+        self._stop_router(signal.SIGKILL)
 
     def _worker(self) -> int:
         return self.rng.choice(sorted(self.cluster.workers))

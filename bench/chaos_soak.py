@@ -52,6 +52,9 @@ RSS_EVERY_S = 2.0
 # exceed the median of the rest by this share and still count as flat.
 WARM_UP_S = 60.0
 FLAT_MARGIN = 0.10
+# A failed call is put down to a fault under way or ended this recently: a
+# heartbeat TTL (5 s) and a client's reconnect backoff.
+BLAME_AFTER_S = 10.0
 
 
 def rss_mb(pid: int) -> float | None:
@@ -217,8 +220,13 @@ def report(run: dict, faults: Faults, proxy: EventFaultProxy, args, load: dict) 
             "failed": sum(n for k, n in generate.items() if k not in ("ok", "failed over")),
         },
         "faults": injected,
+        "failures_by_fault": {
+            k: dict(v) for k, v in faults.blame(tally.failures, BLAME_AFTER_S).items()
+        },
         "fault_errors": run["fault_log"],
         "router_restarts": len(faults.router_starts) - 1,
+        "router_exit_s": faults.router_exit_s,
+        "router_down_s": faults.router_down_s,
         "longest_router_life_s": run["longest_router_life_s"],
         "unexpected_exits": dict(faults.unexpected_exits),
         "index_level_with_workers": bool(table) and all(level(r) for r in table.values()),
@@ -241,8 +249,14 @@ def print_table(result: dict) -> None:
         ),
         *((f"  {k}", n) for k, n in result["outcomes"].items()),
         *((f"fault {k}", n) for k, n in result["faults"].items()),
+        *(
+            (f"failed calls during/after {k}", sum(v.values()))
+            for k, v in result["failures_by_fault"].items()
+        ),
         ("router restarts", result["router_restarts"]),
         ("longest router life (s)", result["longest_router_life_s"]),
+        ("router signal to exit, max (s)", max(result["router_exit_s"], default=None)),
+        ("router signal to serving again, max (s)", max(result["router_down_s"], default=None)),
         ("unexpected exits", result["unexpected_exits"] or "none"),
         ("index level with workers' Status", result["index_level_with_workers"]),
         ("converged after (s)", result["converged_after_s"]),
