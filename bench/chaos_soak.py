@@ -183,7 +183,6 @@ async def soak(cluster: LocalCluster, faults: Faults, args) -> dict:
     table, converged_s = await asyncio.to_thread(settle, cluster, args.settle)
     return {
         "tally": tally,
-        "soak_s": round(soak_s, 1),
         "rss": samples,
         "fault_log": fault_log,
         "table": table,
@@ -201,7 +200,7 @@ def report(run: dict, faults: Faults, proxy: EventFaultProxy, args, load: dict) 
     injected = dict(faults.injected)
     injected["batch_dropped_applied"] = proxy.done["drop"]
     injected["batch_duplicated_applied"] = proxy.done["duplicate"]
-    result = {
+    return {
         "command": " ".join(["bench/chaos_soak.py", *sys.argv[1:]]),
         "seed": args.seed,
         "duration_s": args.duration,
@@ -236,7 +235,6 @@ def report(run: dict, faults: Faults, proxy: EventFaultProxy, args, load: dict) 
         "blocks_in_use": sum(r.get("blocks_in_use", 0) for r in table.values()),
         "router_rss": rss_summary(run["rss"]),
     }
-    return result
 
 
 def print_table(result: dict) -> None:
