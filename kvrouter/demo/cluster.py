@@ -55,6 +55,7 @@ class LocalCluster:
         served_models: list[str] | None = None,
         log_dir: str | Path | None = None,
         start_timeout_s: float = 120.0,
+        worker_router: str = "",
     ) -> None:
         self.model = str(model)
         self.roles = list(roles)
@@ -68,6 +69,8 @@ class LocalCluster:
             raise ValueError("served_models needs one model per role")
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="kvrouter-cluster-"))
         self.start_timeout_s = start_timeout_s
+        # Where the workers join: the router itself, or a proxy in front of it.
+        self.worker_router = worker_router
         self.target = ""
         self.router: subprocess.Popen | None = None
         self.workers: dict[int, subprocess.Popen] = {}
@@ -141,7 +144,8 @@ class LocalCluster:
             listed = {w.worker_id: w.address for w in self._client.list_workers()}
             if worker_id in listed:
                 self._replaced[worker_id] = listed[worker_id]
-        args = ["worker", "--model", self.model, "--router", self.target, "--role", role]
+        router = self.worker_router or self.target
+        args = ["worker", "--model", self.model, "--router", router, "--role", role]
         args += ["--worker-id", str(worker_id), "--log-format", "text", *self.worker_args]
         if self.served_models[worker_id - 1]:
             args += ["--served-model-name", self.served_models[worker_id - 1]]

@@ -67,6 +67,12 @@ class RouterService(router_pb2_grpc.RouterServicer):
         self.decision_log.read_from(router.take_decision_lines)
         metrics.routing.read_from(router.stats)
         self._streams: set[asyncio.Task] = set()
+        # Of those, the ones waiting for their next request: the only point
+        # where a stream may be cancelled. (A call cancelled while gRPC sends
+        # its response cannot be given a status any more, and the server's
+        # stop would wait out its whole grace for it.)
+        self._waiting: set[asyncio.Task] = set()
+        self._closing = False
 
     def add_to_server(self, server) -> None:
         """Registers the service; Route and RouteStream take and return bytes."""
@@ -125,8 +131,16 @@ class RouterService(router_pb2_grpc.RouterServicer):
             )
         task = asyncio.current_task()
         self._streams.add(task)
+        requests = aiter(request_iterator)
         try:
-            async for request in request_iterator:
+            while not self._closing:
+                self._waiting.add(task)
+                try:
+                    request = await anext(requests)
+                except StopAsyncIteration:
+                    return
+                finally:
+                    self._waiting.discard(task)
                 try:
                     yield self.decide(request)[0]
                 except RouteRefused as e:
@@ -135,13 +149,20 @@ class RouterService(router_pb2_grpc.RouterServicer):
                         request_id=request_id,
                         error=pb.RouteError(code=grpc.StatusCode[code].value[0], message=message),
                     ).SerializeToString()
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise  # the caller went away
         finally:
             self._streams.discard(task)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "the router is shutting down")
 
     def close_streams(self) -> None:
-        """Ends open RouteStream calls (at shutdown). Each decision is made
-        without yielding to the loop, so none is cut in half."""
-        for task in list(self._streams):
+        """Ends open RouteStream calls (at shutdown) with UNAVAILABLE, so that
+        gateways reconnect: those waiting for a request now, the others once
+        their response is sent. Each decision is made without yielding to
+        the loop, so none is cut in half."""
+        self._closing = True
+        for task in list(self._waiting):
             task.cancel()
 
     async def ReportLifecycle(self, request, context):

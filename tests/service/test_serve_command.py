@@ -3,12 +3,17 @@ ids, drains on SIGTERM, and keeps its index across restarts via a snapshot."""
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
 
+import grpc
+import pytest
 from serve_process import ServeProcess
 
 from kvrouter.client import KvEventPublisher, RouterClient, WorkerRegistration
+from kvrouter.proto_gen import router_pb2 as pb
+from kvrouter.proto_gen import router_pb2_grpc
 
 from .helpers import prompt
 
@@ -49,6 +54,26 @@ def test_sigterm_drains_and_the_snapshot_survives_a_restart(tmp_path):
         assert second.terminate() == 0
     finally:
         second.kill()
+
+
+def test_sigterm_ends_an_open_route_stream_with_unavailable():
+    """A gateway holds its RouteStream open between requests: the drain ends
+    it with UNAVAILABLE, so the gateway reconnects, rather than leave it open
+    for the whole grace (here longer than `terminate` waits)."""
+    router = ServeProcess("--drain-grace-s", "300")
+    try:
+        with grpc.insecure_channel(router.target) as channel:
+            requests: queue.Queue = queue.Queue()
+            stream = router_pb2_grpc.RouterStub(channel).RouteStream(iter(requests.get, None))
+            requests.put(pb.RouteRequest(tokens=prompt(seed=3, blocks=2)))
+            assert next(stream).error.code == grpc.StatusCode.UNAVAILABLE.value[0]  # no worker
+            assert router.terminate() == 0
+            with pytest.raises(grpc.RpcError) as ended:
+                next(stream)
+            assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "shutting down" in ended.value.details()
+    finally:
+        router.kill()
 
 
 def test_bad_configuration_exits_with_a_message():
