@@ -25,6 +25,7 @@ from .helpers import all_idle
 
 MODEL = "tiny"
 MAX_PROMPT = 300
+MAX_REQUESTS = 2
 GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
 
 
@@ -43,6 +44,8 @@ def front_door(tiny_model, tmp_path_factory):
             f"{MODEL}={tiny_model}",
             "--max-prompt-tokens",
             str(MAX_PROMPT),
+            "--http-max-requests",
+            str(MAX_REQUESTS),
         ],
         roles=["prefill", "decode"],
         models=[MODEL, MODEL],
@@ -154,6 +157,26 @@ def test_a_client_gone_mid_stream_frees_the_workers(front_door, client):
     next(iter(stream))
     stream.close()
     wait_until(lambda: all_idle(cluster), what="the cancelled request to leave the workers")
+
+
+def test_past_the_bound_requests_get_429_and_none_is_lost(front_door, client):
+    cluster, base = front_door
+    held = [
+        client.completions.create(
+            model=MODEL, prompt=f"hold {i}", max_tokens=200, stream=True, **GREEDY
+        )
+        for i in range(MAX_REQUESTS)
+    ]
+    for stream in held:
+        next(iter(stream))
+    body = json.dumps({"model": MODEL, "prompt": "one more", "max_tokens": 2}).encode()
+    status, headers, answer = _post(base + "/v1/completions", body)
+    assert status == 429
+    assert headers["retry-after"] == "1"
+    assert "in flight" in answer["error"]["message"]
+    for stream in held:
+        assert sum(1 for _ in stream) > 0  # each held answer runs to its end
+    assert client.completions.create(model=MODEL, prompt="now", max_tokens=2, **GREEDY)
 
 
 @pytest.mark.parametrize(
