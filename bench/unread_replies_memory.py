@@ -20,19 +20,13 @@ TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
 
 from reliability.unread_publish import UnreadPublish  # noqa: E402
+from route_stream_memory import rss_mb  # noqa: E402
 from serve_process import ServeProcess  # noqa: E402
 
 from kvrouter.client import WorkerRegistration  # noqa: E402
 from kvrouter.proto_gen import router_pb2 as pb  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "unread_replies_memory.json"
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
 
 
 def measure(batches: int, samples: int) -> list[dict]:

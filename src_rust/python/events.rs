@@ -89,37 +89,21 @@ impl PyStored {
     ) -> PyResult<Self> {
         let block_ids = self::block_ids(block_ids)?;
         let tier = tier.map(extract_tier).transpose()?.unwrap_or(Tier::Device);
-        let stored = match (token_ids, local_hashes) {
-            (Some(tokens), None) => {
-                let tokens = Tokens::extract(tokens)?;
-                py.detach(|| {
-                    let content = StoredContent::Tokens(tokens.as_slice());
-                    KvEvent::stored(
-                        parent.map(EngineBlockId),
-                        block_ids,
-                        content,
-                        tier,
-                        namespace,
-                    )
-                })
-            }
-            (None, Some(hashes)) => {
-                let locals = extract_hashes(hashes)?.into_iter().map(LocalHash).collect();
-                let content = StoredContent::LocalHashes(locals);
-                KvEvent::stored(
-                    parent.map(EngineBlockId),
-                    block_ids,
-                    content,
-                    tier,
-                    namespace,
-                )
-            }
+        let tokens = token_ids.map(Tokens::extract).transpose()?;
+        let content = match (&tokens, local_hashes) {
+            (Some(tokens), None) => StoredContent::Tokens(tokens.as_slice()),
+            (None, Some(hashes)) => StoredContent::LocalHashes(
+                extract_hashes(hashes)?.into_iter().map(LocalHash).collect(),
+            ),
             _ => {
                 return Err(PyValueError::new_err(
                     "Stored needs exactly one of token_ids or local_hashes",
                 ))
             }
         };
+        let parent = parent.map(EngineBlockId);
+        // Hashing the tokens is the work here.
+        let stored = py.detach(|| KvEvent::stored(parent, block_ids, content, tier, namespace));
         let (event, tokens_per_block) = stored.map_err(PyValueError::new_err)?;
         Ok(PyStored {
             event,
