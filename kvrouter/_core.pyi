@@ -144,6 +144,9 @@ class PublishHello:
     def next_seq(self) -> int: ...
     @property
     def block_size(self) -> int: ...
+    @property
+    def registration_token(self) -> int:
+        """0: not given."""
 
 @final
 class DecodedBatch:

@@ -67,7 +67,10 @@ class GrpcEventTransport:
             try:
                 link = _StreamLink(call)
                 greeting = pb.PublishHello(
-                    worker_id=hello.worker_id, next_seq=hello.next_seq, block_size=hello.block_size
+                    worker_id=hello.worker_id,
+                    next_seq=hello.next_seq,
+                    block_size=hello.block_size,
+                    registration_token=hello.registration_token,
                 )
                 await link.write(pb.PublishRequest(hello=greeting))
                 yield link

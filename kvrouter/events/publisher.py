@@ -50,6 +50,7 @@ class EventPublisher(EventSink):
         model: str = "",
         namespace: str = "",
         dump_cache: Callable[[EventSink], None] | None = None,
+        registration_token: Callable[[], int] | None = None,
         max_batch_events: int = 256,
         flush_interval_s: float = 0.002,
         replay_batches: int = 4096,
@@ -64,6 +65,8 @@ class EventPublisher(EventSink):
         # salted by `namespace`: where the router looks the model's requests up.
         self.namespace = model_namespace(model, namespace)
         self.dump_cache = dump_cache
+        # The worker's current registration token, read at each (re)connect.
+        self.registration_token = registration_token
         self.max_batch_events = max_batch_events
         self.flush_interval_s = flush_interval_s
         self.backoff_initial_s = backoff_initial_s
@@ -248,7 +251,9 @@ class EventPublisher(EventSink):
     def _hello(self) -> Hello:
         with self._lock:
             self._cut()
-            return Hello(self.worker_id, self._next_seq, self.block_size)
+            seq = self._next_seq
+        token = self.registration_token() if self.registration_token else 0
+        return Hello(self.worker_id, seq, self.block_size, token)
 
     async def _run(self) -> None:
         backoff = self.backoff_initial_s

@@ -23,6 +23,9 @@ class Hello:
     worker_id: int
     next_seq: int
     block_size: int
+    # The worker's current registration token, for a receiver that checks
+    # it (the router's event stream); 0: none.
+    registration_token: int = 0
 
 
 @dataclass(frozen=True)

@@ -317,14 +317,16 @@ class EventBatch(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., events: _Optional[_Iterable[_Union[KvEvent, _Mapping]]] = ..., resync: _Optional[bool] = ..., emitted_at: _Optional[float] = ...) -> None: ...
 
 class PublishHello(_message.Message):
-    __slots__ = ("worker_id", "next_seq", "block_size")
+    __slots__ = ("worker_id", "next_seq", "block_size", "registration_token")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    REGISTRATION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     next_seq: int
     block_size: int
-    def __init__(self, worker_id: _Optional[int] = ..., next_seq: _Optional[int] = ..., block_size: _Optional[int] = ...) -> None: ...
+    registration_token: int
+    def __init__(self, worker_id: _Optional[int] = ..., next_seq: _Optional[int] = ..., block_size: _Optional[int] = ..., registration_token: _Optional[int] = ...) -> None: ...
 
 class PublishRequest(_message.Message):
     __slots__ = ("hello", "batch")

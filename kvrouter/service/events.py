@@ -272,6 +272,11 @@ class EventIngest:
         if not isinstance(hello, PublishHello):
             raise invalid("the first message of a Publish stream must be a hello")
         self._check_registered(hello.worker_id)
+        if hello.registration_token:
+            try:
+                self.workers.proven(hello.worker_id, hello.registration_token)
+            except ServiceError as e:
+                raise ServiceError(e.code, f"event stream refused: {e.message}") from None
         if hello.block_size != self.index.block_size:
             raise invalid(
                 f"worker block size {hello.block_size} does not match the router's "

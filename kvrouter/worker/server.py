@@ -140,9 +140,17 @@ class WorkerServer:
             block_size=c.block_size,
             namespace=c.hash_namespace,
             dump_cache=self.sink.dump,
+            registration_token=self._event_registration_token,
         )
         await self.publisher.start()
         self.sink.attach(self.publisher)
+
+    def _event_registration_token(self) -> int:
+        """The token of the registration with the router the events go to."""
+        for registration in self.registrations:
+            if registration.target == self.config.router:
+                return registration.registration_token
+        return 0
 
     async def _event_transport(self, c: WorkerConfig) -> Transport:
         """The router's event stream, or the replicas' JetStream stream."""

@@ -12,6 +12,7 @@ pub struct PyPublishHello {
     worker_id: u64,
     next_seq: u64,
     block_size: u32,
+    registration_token: u64,
 }
 
 /// A decoded event batch; its events are the index's, checked already.
@@ -74,6 +75,7 @@ pub fn decode_publish_request(
                 worker_id: hello.worker_id,
                 next_seq: hello.next_seq,
                 block_size: hello.block_size,
+                registration_token: hello.registration_token,
             },
         )?
         .into_any()),

@@ -35,6 +35,8 @@ pub struct PublishHello {
     pub next_seq: u64,
     #[prost(uint32, tag = "3")]
     pub block_size: u32,
+    #[prost(fixed64, tag = "4")]
+    pub registration_token: u64,
 }
 
 /// `kvrouter.v1.EventBatch`

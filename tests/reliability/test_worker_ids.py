@@ -1,7 +1,8 @@
 """Worker ids on a real `kvrouter serve`: an id the router assigned is never
 assigned again (not even after a restart from its snapshot), a worker that
 lapsed and returns cannot act for a newer registration of its id, and ids
-out of range are refused without harm to later registrations."""
+out of range are refused without harm to later registrations; an event
+stream's hello proves its registration the same way."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from waiting import wait_until
 from kvrouter.client import WorkerRegistration
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
+
+from .publish_stream import Stream
 
 SHORT_TTL = ("--heartbeat-interval-s", "0.1", "--heartbeat-ttl-s", "0.6")
 
@@ -135,3 +138,30 @@ def test_out_of_range_ids_are_refused_and_later_registrations_work(registry):
     assert register(registry, "top:1", worker_id=2**63 - 1).worker_id == 2**63 - 1
     assigned = [register(registry, f"w{n}:1").worker_id for n in range(2)]
     assert assigned == [1, 2]
+
+
+def test_a_stale_process_cannot_take_over_a_workers_event_stream(router):
+    current = keep_alive(router, "a:1", worker_id=7)
+    token = current.registration_token
+    assert token  # registered before start_background returned
+
+    def hello(registration_token: int) -> pb.PublishHello:
+        return pb.PublishHello(
+            worker_id=7, next_seq=0, block_size=16, registration_token=registration_token
+        )
+
+    streams = []
+    try:
+        live = Stream(router.target, hello(token))
+        streams.append(live)
+        assert live.replies.get(timeout=10).ack.next_seq == 0
+        stale = Stream(router.target, hello(token ^ 1))
+        streams.append(stale)
+        assert stale.ended.wait(10)
+        assert stale.error.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "registration token" in stale.error.details()
+        assert not live.ended.is_set()  # it was not replaced by the stale one
+    finally:
+        for stream in streams:
+            stream.close()
+        current.stop_background()

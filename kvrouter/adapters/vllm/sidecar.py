@@ -105,10 +105,15 @@ class VllmSidecar:
                 self.registrations.append(registration)
 
     async def _forward_to(self, router: str) -> None:
+        registered = {r.worker_id: r for r in self.registrations if r.target == router}
         for engine in self.engines:
             for stream in engine.streams:
+                registration = registered[stream.worker_id]
                 publisher = EventPublisher(
-                    GrpcEventTransport(router), stream.worker_id, block_size=self.block_size
+                    GrpcEventTransport(router),
+                    stream.worker_id,
+                    block_size=self.block_size,
+                    registration_token=lambda r=registration: r.registration_token,
                 )
                 await publisher.start()
                 self.publishers[stream.worker_id] = publisher
