@@ -260,7 +260,7 @@ class RouterServer:
         except ValueError as e:
             raise StartupError(f"--served-models: {e}") from None
         try:
-            return HttpServer(door.app, listen, drain_grace_s=self.config.drain_grace_s)
+            return HttpServer(door.app, listen)
         except OSError as e:
             raise StartupError(f"--http-listen {listen}: {e.strerror.lower()}") from None
 
@@ -299,9 +299,11 @@ class RouterServer:
                 task.cancel()
             self.events.close_all("the router is shutting down")
             self.routing.close_streams()
+            # Both drain at once, within the one grace.
+            draining = [self._server.stop(grace)]
             if self._front_door is not None:
-                await self._front_door.stop()
-            await self._server.stop(grace)
+                draining.append(self._front_door.stop(grace))
+            await asyncio.gather(*draining)
             await self.generation.close()
             self.routing.decision_log.flush()
             if self._metrics_http is not None:

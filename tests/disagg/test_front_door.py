@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import socket
 import urllib.error
 import urllib.request
 
@@ -187,6 +188,16 @@ def test_past_the_bound_requests_get_429_and_none_is_lost(front_door, client):
         ({"model": MODEL, "prompt": "hi", "temperature": 1e-45}, 400, "temperature"),
         ({"model": MODEL, "prompt": list(range(MAX_PROMPT + 1))}, 413, "at most"),
         ({"model": MODEL, "prompt": "hi", "n": 2}, 400, "n=1"),
+        ({"model": MODEL, "prompt": "hi", "stop": ""}, 400, "stop"),
+        ({"model": MODEL, "prompt": "hi", "stop": ["x"] * 17}, 400, "at most 16"),
+        ({"model": MODEL, "prompt": "hi", "stop": ["x" * 257]}, 400, "stop"),
+        ({"model": MODEL, "prompt": "hi", "top_k": -2}, 400, "top_k"),
+        ({"model": MODEL, "prompt": "hi", "top_p": 0}, 400, "top_p"),
+        ({"model": MODEL, "prompt": "hi", "stop_token_ids": [-1]}, 400, "stop_token_ids"),
+        ({"model": MODEL, "prompt": "hi", "max_tokens": 5_000_000_000}, 400, "max_tokens"),
+        ({"model": MODEL, "prompt": "hi", "echo": True}, 400, "echo"),
+        ({"model": MODEL, "prompt": "hi", "logprobs": 0}, 400, "logprobs"),
+        ({"model": MODEL, "prompt": "x" * (MAX_PROMPT * 16 + (1 << 20))}, 413, "body"),
         ({"model": MODEL, "prompt": 7}, 400, "prompt"),
         ({"model": MODEL}, 400, "prompt"),
     ],
@@ -197,6 +208,35 @@ def test_bad_requests_get_their_status_and_an_openai_body(front_door, body, stat
     assert got == status
     assert says in answer["error"]["message"]
     assert set(answer["error"]) == {"message", "type", "param", "code"}
+
+
+def test_nulls_and_vllms_conventions_are_taken(client):
+    answer = client.completions.create(
+        model=MODEL,
+        prompt="hi",
+        max_tokens=2,
+        extra_body={"temperature": None, "n": None, "stream": None, "top_k": -1, "seed": -5},
+    )
+    assert answer.usage.completion_tokens == 2
+
+
+def test_unknown_paths_get_an_openai_body(front_door):
+    _, base = front_door
+    assert _get(base + "/v1/nope")[0] == 404
+    assert set(_get(base + "/v1/nope")[1]["error"]) == {"message", "type", "param", "code"}
+
+
+def test_a_client_gone_before_a_whole_answer_frees_the_workers(front_door):
+    cluster, base = front_door
+    body = json.dumps({"model": MODEL, "prompt": "long", "max_tokens": 400, "ignore_eos": True})
+    port = int(base.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            f"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n{body}".encode()
+        )
+        wait_until(lambda: not all_idle(cluster), what="the request to reach a worker")
+    wait_until(lambda: all_idle(cluster), what="the abandoned request to leave the workers")
 
 
 def test_bad_json_and_nan_are_400(front_door):

@@ -10,6 +10,8 @@ blocks) and closes its booking."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -60,8 +63,10 @@ class FrontDoor:
                 Route("/health", self.health, methods=["GET"]),
                 Route("/ready", self.ready, methods=["GET"]),
             ],
-            exception_handlers={HttpError: lambda _, e: e.response()},
+            exception_handlers={HttpError: _http_error, HTTPException: _starlette_error},
         )
+        # A body may hold the longest prompt as JSON text, several bytes a token.
+        self.max_body_bytes = max(1 << 20, 16 * max_prompt_tokens)
 
     async def health(self, _: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -88,7 +93,7 @@ class FrontDoor:
         return JSONResponse({"object": "list", "data": data})
 
     async def completions(self, request: Request) -> Response:
-        body = await _decode(request, CompletionRequest)
+        body = await self._decode(request, CompletionRequest)
         tokenizer = self._tokenizer(body.model)
         try:
             prompt = body.one_prompt()
@@ -96,14 +101,16 @@ class FrontDoor:
             raise HttpError(400, str(e)) from None
         tokens = await tokenizer.encode_async(prompt) if isinstance(prompt, str) else prompt
         max_tokens = DEFAULT_COMPLETION_MAX_TOKENS if body.max_tokens is None else body.max_tokens
-        return await self._answer(Completion(False, body, tokenizer, list(tokens), max_tokens))
+        return await self._answer(
+            request, Completion(False, body, tokenizer, list(tokens), max_tokens)
+        )
 
     async def chat_completions(self, request: Request) -> Response:
-        body = await _decode(request, ChatCompletionRequest)
+        body = await self._decode(request, ChatCompletionRequest)
         tokenizer = self._tokenizer(body.model)
         try:
             prompt = await tokenizer.render_and_encode_async(
-                body.messages, add_generation_prompt=body.add_generation_prompt
+                body.messages, add_generation_prompt=body.add_generation_prompt, tools=body.tools
             )
         except ValueError as e:
             raise HttpError(400, f"messages: {e}") from None
@@ -111,7 +118,9 @@ class FrontDoor:
             (m for m in (body.max_completion_tokens, body.max_tokens) if m is not None),
             DEFAULT_CHAT_MAX_TOKENS,
         )
-        return await self._answer(Completion(True, body, tokenizer, prompt.token_ids, max_tokens))
+        return await self._answer(
+            request, Completion(True, body, tokenizer, prompt.token_ids, max_tokens)
+        )
 
     def _tokenizer(self, model: str) -> ModelTokenizer:
         tokenizer = self.tokenizers.get(model.partition(":")[0])
@@ -119,7 +128,29 @@ class FrontDoor:
             raise HttpError(404, f"the model {model!r} does not exist", code="model_not_found")
         return tokenizer
 
-    async def _answer(self, completion: Completion) -> Response:
+    async def _decode(self, request: Request, kind: type):
+        """The body as `kind`, checked; a 400 naming what is wrong, a 413
+        for a body bigger than any prompt the router takes needs."""
+        if int(request.headers.get("content-length") or 0) > self.max_body_bytes:
+            raise _body_too_big(self.max_body_bytes)
+        data = bytearray()
+        async for part in request.stream():
+            data += part
+            if len(data) > self.max_body_bytes:
+                raise _body_too_big(self.max_body_bytes)
+        try:
+            body = msgspec.json.decode(data, type=kind)
+        except msgspec.ValidationError as e:
+            raise HttpError(400, f"bad request body: {e}") from None
+        except msgspec.DecodeError as e:
+            raise HttpError(400, f"the body is not JSON: {e}") from None
+        try:
+            body.check()
+        except ValueError as e:
+            raise HttpError(400, str(e)) from None
+        return body
+
+    async def _answer(self, request: Request, completion: Completion) -> Response:
         _check(completion, self.max_prompt_tokens)
         if self.in_flight >= self.max_requests:
             raise HttpError(
@@ -130,7 +161,7 @@ class FrontDoor:
         try:
             chunks = await _primed(self.generation.stream(completion.generate_request(), None))
             if not completion.body.stream:
-                return JSONResponse(await completion.whole(chunks))
+                return JSONResponse(await _unless_gone(request, completion.whole(chunks)))
             held = False
             return StreamingResponse(
                 self._releasing(completion.events(chunks)), media_type="text/event-stream"
@@ -150,12 +181,7 @@ class FrontDoor:
 
 
 def _check(completion: Completion, max_prompt_tokens: int) -> None:
-    body = completion.body
-    if body.n != 1:
-        raise HttpError(400, "n: only n=1 is supported")
-    if body.logprobs:
-        raise HttpError(400, "logprobs: kvrouter's engine does not return log probabilities")
-    if completion.max_tokens < 1:
+    if not 1 <= completion.max_tokens < 2**32:
         raise HttpError(400, f"max_tokens must be at least 1, not {completion.max_tokens}")
     if not completion.prompt:
         raise HttpError(400, "the prompt is empty")
@@ -167,13 +193,40 @@ def _check(completion: Completion, max_prompt_tokens: int) -> None:
         )
 
 
-async def _decode(request: Request, kind: type):
+def _body_too_big(limit: int) -> HttpError:
+    return HttpError(413, f"the request body is over {limit} bytes")
+
+
+async def _unless_gone(request: Request, answer):
+    """Awaits `answer` unless the client goes away first: then it is
+    cancelled (which cancels the request on its worker) and a 499, which
+    nobody reads, is raised."""
+    task = asyncio.ensure_future(answer)
+    gone = asyncio.ensure_future(_disconnected(request))
     try:
-        return msgspec.json.decode(await request.body(), type=kind)
-    except msgspec.ValidationError as e:
-        raise HttpError(400, f"bad request body: {e}") from None
-    except msgspec.DecodeError as e:
-        raise HttpError(400, f"the body is not JSON: {e}") from None
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    raise HttpError(499, "the client went away")
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _http_error(_: Request, error: HttpError) -> Response:
+    return error.response()
+
+
+async def _starlette_error(_: Request, error: HTTPException) -> Response:
+    """Unknown paths and methods, in OpenAI's shape."""
+    return HttpError(error.status_code, f"{error.detail}").response()
 
 
 async def _primed(chunks: AsyncIterator) -> AsyncIterator:

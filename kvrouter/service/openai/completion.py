@@ -5,6 +5,7 @@ streamed as server-sent events or answered whole."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from array import array
@@ -20,6 +21,7 @@ from kvrouter.service.errors import ServiceError
 from kvrouter.service.openai.errors import HttpError
 from kvrouter.service.openai.requests import _Sampling
 
+log = logging.getLogger("kvrouter.service.openai")
 FINISH_REASONS = {gen.FINISH_REASON_STOP: "stop", gen.FINISH_REASON_LENGTH: "length"}
 DONE = b"data: [DONE]\n\n"
 
@@ -45,20 +47,20 @@ class Completion:
         its tokenizer files, which may name more than the engine knows)
         unless it asks to ignore them."""
         eos = [] if self.body.ignore_eos else self.tokenizer.eos_token_ids
-        return sorted({*self.body.stop_token_ids, *eos})
+        return sorted({*(self.body.stop_token_ids or ()), *eos})
 
     def generate_request(self) -> gen.GenerateRequest:
         body = self.body
         sampling = gen.SamplingParams(
-            temperature=body.temperature,
-            top_p=body.top_p,
-            top_k=body.top_k,
+            temperature=1.0 if body.temperature is None else body.temperature,
+            top_p=1.0 if body.top_p is None else body.top_p,
+            top_k=body.sampling_top_k,
             max_tokens=self.max_tokens,
             stop_token_ids=self.stop_token_ids(),
-            ignore_eos=body.ignore_eos,
+            ignore_eos=bool(body.ignore_eos),
         )
-        if body.seed is not None:
-            sampling.seed = body.seed
+        if body.sampling_seed is not None:
+            sampling.seed = body.sampling_seed
         return gen.GenerateRequest(
             tokens_u32le=array("I", self.prompt).tobytes(), model=body.model, sampling=sampling
         )
@@ -66,13 +68,14 @@ class Completion:
     async def texts(self, chunks: AsyncIterator[gen.GenerateResponse]):
         """(text, finish_reason) pieces; finish_reason on the last only. A
         stop string or stop token id ends it early, which closes `chunks`
-        and so cancels the request on its worker."""
-        text = TextStream(
-            self.tokenizer.detokenizer(),
-            stop=self.body.stop_strings(),
-            stop_token_ids=self.stop_token_ids(),
-        )
+        and so cancels the request on its worker; otherwise `chunks` runs
+        to its end, and the request is finished."""
         async with aclosing(chunks):
+            text = TextStream(
+                self.tokenizer.detokenizer(),
+                stop=self.body.stop_strings(),
+                stop_token_ids=self.stop_token_ids(),
+            )
             async for chunk in chunks:
                 self.completion_tokens += len(chunk.token_ids)
                 piece = text.feed(chunk.token_ids)
@@ -80,9 +83,9 @@ class Completion:
                     yield piece, "stop"
                     return
                 if chunk.finish_reason:
-                    yield piece + text.finish(), FINISH_REASONS.get(chunk.finish_reason, "stop")
-                    return
-                if piece:
+                    reason = FINISH_REASONS.get(chunk.finish_reason, "stop")
+                    yield piece + text.finish(), reason
+                elif piece:
                     yield piece, None
 
     def usage(self) -> dict:
@@ -92,10 +95,13 @@ class Completion:
             "total_tokens": len(self.prompt) + self.completion_tokens,
         }
 
-    def _choice(self, text: str, finish_reason: str | None, *, delta: bool) -> dict:
+    def _choice(
+        self, text: str, finish_reason: str | None, *, delta: bool, first: bool = True
+    ) -> dict:
         if not self.chat:
             return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        message = {"role": "assistant", "content": text}
+        # A stream names the role in its first delta only, as OpenAI's does.
+        message = {"role": "assistant", "content": text} if first else {"content": text}
         key = "delta" if delta else "message"
         return {"index": 0, key: message, "logprobs": None, "finish_reason": finish_reason}
 
@@ -127,12 +133,19 @@ class Completion:
     async def events(self, chunks: AsyncIterator[gen.GenerateResponse]):
         """The answer as server-sent events, ending with [DONE]. A failure
         after the first event is an event with the error's body."""
-        include_usage = bool(self.body.stream_options and self.body.stream_options.include_usage)
+        options = self.body.stream_options
+        include_usage = bool(options and options.include_usage)
+        first = True
         try:
             async for piece, reason in self.texts(chunks):
-                yield _event(self._object([self._choice(piece, reason, delta=True)], chunk=True))
+                choice = self._choice(piece, reason, delta=True, first=first)
+                yield _event(self._object([choice], chunk=True))
+                first = False
         except ServiceError as e:
             yield _event(HttpError.from_grpc(e.code, e.message).body())
+        except Exception as e:  # noqa: BLE001 - the client is told, and the stream ends
+            log.exception("front-door stream failed")
+            yield _event(HttpError(500, f"internal error: {e}").body())
         if include_usage:
             yield _event({**self._object([], chunk=True), "usage": self.usage()})
         yield DONE

@@ -17,7 +17,7 @@ STATUS = {
     grpc.StatusCode.UNAVAILABLE: 503,
     grpc.StatusCode.DEADLINE_EXCEEDED: 504,
 }
-TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error"}
+TYPES = {404: "not_found_error", 429: "rate_limit_error"}
 RETRY_AFTER_S = 1
 
 
@@ -33,7 +33,8 @@ class HttpError(Exception):
         return cls(STATUS.get(code, 500), message, code=code.name.lower())
 
     def body(self) -> dict:
-        kind = TYPES.get(self.status, "server_error" if self.status >= 500 else "rate_limit_error")
+        default = "server_error" if self.status >= 500 else "invalid_request_error"
+        kind = TYPES.get(self.status, default)
         return {"error": {"message": self.message, "type": kind, "param": None, "code": self.code}}
 
     def response(self) -> Response:

@@ -20,18 +20,18 @@ class _Server(uvicorn.Server):
 
 
 class HttpServer:
-    def __init__(self, app, listen: str, *, drain_grace_s: float) -> None:
-        """Binds `listen` (`HOST:PORT`, checked); OSError when it cannot. At
-        shutdown, open responses get `drain_grace_s` to finish."""
+    def __init__(self, app, listen: str) -> None:
+        """Binds `listen` (`HOST:PORT`, checked; an IPv6 host in brackets);
+        OSError when it cannot."""
         host, _, port = listen.rpartition(":")
-        self.socket = socket.create_server((host.strip("[]"), int(port)))
+        family = socket.AF_INET6 if host.startswith("[") else socket.AF_INET
+        self.socket = socket.create_server((host.strip("[]"), int(port)), family=family)
         self.port = self.socket.getsockname()[1]
         config = uvicorn.Config(
             app,
             lifespan="off",
             access_log=False,
             log_config=None,
-            timeout_graceful_shutdown=drain_grace_s,
         )
         self._server = _Server(config)
         self._task: asyncio.Task | None = None
@@ -44,7 +44,9 @@ class HttpServer:
                 raise RuntimeError("the HTTP server stopped as it started")
             await asyncio.sleep(0.01)
 
-    async def stop(self) -> None:
+    async def stop(self, grace_s: float) -> None:
+        """Stops taking connections; open responses get `grace_s` to end."""
+        self._server.config.timeout_graceful_shutdown = grace_s
         self._server.should_exit = True
         if self._task is not None:
             await self._task

@@ -1,9 +1,14 @@
 """The request bodies the front door reads, checked by msgspec as they are
-decoded: a field of the wrong type is a 400 naming it. Fields the API
-defines and the engine ignores (`user`, `presence_penalty`, ...) are
-accepted; unknown ones too, as OpenAI's own server does."""
+decoded (a field of the wrong type is a 400 naming it), then by `check`
+before anything is routed. Fields may be null, as OpenAI's API allows, and
+mean their default then. Fields the API defines that change nothing here
+(`user`, `presence_penalty`, ...) are accepted, as are unknown ones; those
+that would change the answer and cannot be honoured (`echo`, `logprobs`,
+`best_of`, a `response_format` other than text) are a 400."""
 
 from __future__ import annotations
+
+import math
 
 import msgspec
 
@@ -11,26 +16,33 @@ import msgspec
 # answer, bounded by DEFAULT_CHAT_MAX_TOKENS.
 DEFAULT_COMPLETION_MAX_TOKENS = 16
 DEFAULT_CHAT_MAX_TOKENS = 1024
+# Stop strings are matched on every token's text, on the event loop.
+MAX_STOPS = 16
+MAX_STOP_CHARS = 256
+U32 = 2**32
 
 
 class StreamOptions(msgspec.Struct):
-    include_usage: bool = False
+    include_usage: bool | None = None
 
 
 class _Sampling(msgspec.Struct, kw_only=True):
     model: str
     max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    n: int = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    n: int | None = None
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] = []
+    stop_token_ids: list[int] | None = None
     seed: int | None = None
-    stream: bool = False
+    stream: bool | None = None
     stream_options: StreamOptions | None = None
     logprobs: bool | int | None = None
-    ignore_eos: bool = False
+    top_logprobs: int | None = None
+    best_of: int | None = None
+    response_format: dict | None = None
+    ignore_eos: bool | None = None
     user: str | None = None
 
     def stop_strings(self) -> list[str]:
@@ -38,12 +50,52 @@ class _Sampling(msgspec.Struct, kw_only=True):
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
+    def check(self) -> None:
+        """ValueError, naming the field, for what the engine cannot honour."""
+        if self.n not in (None, 1):
+            raise ValueError("n: only n=1 is supported")
+        if self.best_of not in (None, 1):
+            raise ValueError("best_of: only 1 is supported")
+        # For /v1/completions an int, 0 included, asks for log probabilities.
+        if (self.logprobs is not None and self.logprobs is not False) or self.top_logprobs:
+            raise ValueError("logprobs: kvrouter's engine does not return log probabilities")
+        if self.response_format not in (None, {"type": "text"}):
+            raise ValueError("response_format: only text is supported")
+        if self.temperature is not None and not 0 <= self.temperature <= 2:
+            raise ValueError(f"temperature must be in [0, 2], not {self.temperature}")
+        if self.top_p is not None and not (0 < self.top_p <= 1 and math.isfinite(self.top_p)):
+            raise ValueError(f"top_p must be in (0, 1], not {self.top_p}")
+        if self.top_k is not None and not -1 <= self.top_k < U32:
+            raise ValueError(f"top_k must be -1 (off), 0 (off) or positive, not {self.top_k}")
+        if any(not 0 <= t < U32 for t in self.stop_token_ids or ()):
+            raise ValueError("stop_token_ids: each must be a token id, 0 to 2^32 - 1")
+        stops = self.stop_strings()
+        if len(stops) > MAX_STOPS:
+            raise ValueError(f"stop: at most {MAX_STOPS} strings, not {len(stops)}")
+        if any(not s or len(s) > MAX_STOP_CHARS for s in stops):
+            raise ValueError(f"stop: each string must have 1 to {MAX_STOP_CHARS} characters")
+
+    @property
+    def sampling_top_k(self) -> int:
+        """0 (off) for vLLM's -1."""
+        return max(0, self.top_k or 0)
+
+    @property
+    def sampling_seed(self) -> int | None:
+        """Any integer, as the engine's unsigned 64-bit seed."""
+        return None if self.seed is None else self.seed % 2**64
+
 
 class CompletionRequest(_Sampling, kw_only=True):
     # A string, token ids, or a list of one of either (msgspec takes one
     # list type in a union; `one_prompt` checks the rest).
     prompt: str | list
-    echo: bool = False
+    echo: bool | None = None
+
+    def check(self) -> None:
+        super().check()
+        if self.echo:
+            raise ValueError("echo: not supported")
 
     def one_prompt(self) -> str | list[int]:
         """The prompt as text or token ids; ValueError for anything else,
@@ -53,12 +105,13 @@ class CompletionRequest(_Sampling, kw_only=True):
             prompt = prompt[0]
         if isinstance(prompt, str):
             return prompt
-        if all(type(t) is int and 0 <= t < 2**32 for t in prompt):
+        if all(type(t) is int and 0 <= t < U32 for t in prompt):
             return prompt
         raise ValueError("prompt: a string, token ids, or a list of one of either")
 
 
 class ChatCompletionRequest(_Sampling, kw_only=True):
     messages: list[dict]
+    tools: list[dict] | None = None
     max_completion_tokens: int | None = None
     add_generation_prompt: bool = True
