@@ -15,7 +15,7 @@ router never looks prompts up in its index, so the histogram says nothing.
 
 Prints one table and writes bench/results/front_door_aiperf.json.
 
-    .venv/bin/python bench/front_door_aiperf.py [--aiperf /work/aiperf-venv/bin/aiperf]
+    .venv/bin/python bench/front_door_aiperf.py [--aiperf ~/aiperf-venv/bin/aiperf]
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import os
 import platform
 import random
 import re
-import shutil
 import subprocess
 import tempfile
 import urllib.request
@@ -220,9 +219,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--aiperf", default=shutil.which("aiperf") or "/work/aiperf-venv/bin/aiperf"
-    )
+    parser.add_argument("--aiperf", default="aiperf", help="the aiperf CLI")
     parser.add_argument("--chats", type=int, default=24)
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--system-prompts", type=int, default=2)
