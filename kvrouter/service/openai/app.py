@@ -129,8 +129,8 @@ class FrontDoor:
         return tokenizer
 
     async def _decode(self, request: Request, kind: type):
-        """The body as `kind`, checked; a 400 naming what is wrong, a 413
-        for a body bigger than any prompt the router takes needs."""
+        """The body as `kind`, checked: a 400 naming what is wrong, or a 413
+        for a body bigger than the longest prompt the router takes needs."""
         if int(request.headers.get("content-length") or 0) > self.max_body_bytes:
             raise _body_too_big(self.max_body_bytes)
         data = bytearray()
@@ -182,7 +182,7 @@ class FrontDoor:
 
 def _check(completion: Completion, max_prompt_tokens: int) -> None:
     if not 1 <= completion.max_tokens < 2**32:
-        raise HttpError(400, f"max_tokens must be at least 1, not {completion.max_tokens}")
+        raise HttpError(400, f"max_tokens must be 1 to 2^32 - 1, not {completion.max_tokens}")
     if not completion.prompt:
         raise HttpError(400, "the prompt is empty")
     if len(completion.prompt) > max_prompt_tokens:
