@@ -263,10 +263,15 @@ class EventIngest:
 
     async def _offload(self, size: int, call, *args):
         """`call(*args)`, on the events thread when the message is big: the
-        core releases the GIL, so the loop goes on serving meanwhile."""
+        core releases the GIL, so the loop goes on serving meanwhile.
+        UNAVAILABLE once the router is shutting down (the thread is gone)."""
         if size <= INLINE_BYTES:
             return call(*args)
-        return await asyncio.get_running_loop().run_in_executor(self._thread, call, *args)
+        try:
+            future = asyncio.get_running_loop().run_in_executor(self._thread, call, *args)
+        except RuntimeError:
+            raise ServiceError(grpc.StatusCode.UNAVAILABLE, "the router is shutting down") from None
+        return await future
 
     def _open(self, hello: PublishHello | DecodedBatch) -> _Stream:
         if not isinstance(hello, PublishHello):

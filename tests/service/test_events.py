@@ -8,11 +8,13 @@ import threading
 
 import grpc
 import pytest
+from fuzz.service_state import ServiceState
 from waiting import wait_until
 
 from kvrouter.client import KvEventPublisher
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
+from kvrouter.service.errors import ServiceError
 
 from .helpers import BLOCK, prompt
 
@@ -194,3 +196,13 @@ def test_a_closed_publisher_starts_again_where_it_left_off(router):
         publisher.close()
     assert router.client().list_workers()[0].index_blocks == 2
     assert router.client().route(tokens).decode_worker == 1
+
+
+def test_a_big_batch_during_shutdown_is_unavailable():
+    state = ServiceState()
+    state.events.close_all("the router is shutting down")
+    # Over the size applied on the event loop: it would go to the events thread.
+    events = [pb.KvEvent(removed=pb.RemovedEvent(block_ids=[i])) for i in range(20_000)]
+    with pytest.raises(ServiceError) as refused:
+        state.ingest(pb.EventBatch(seq=0, events=events))
+    assert refused.value.code == grpc.StatusCode.UNAVAILABLE
