@@ -138,7 +138,7 @@ def _log_fields(record: RequestRecord, ended: float) -> dict:
         "completion_tokens": record.completion_tokens,
         "finish_reason": record.finish_reason,
         "queue_ms": ms(record.queue_s),
-        "ttft_ms": ms(record.first_token and record.first_token - record.arrived),
+        "ttft_ms": ms(None if record.first_token is None else record.first_token - record.arrived),
         "e2e_ms": ms(ended - record.arrived),
     }
     if record.error is not None:
