@@ -5,6 +5,8 @@ session the same way; a bad session id is INVALID_ARGUMENT."""
 
 from __future__ import annotations
 
+import urllib.request
+
 import grpc
 import pytest
 from serve_process import ServeProcess
@@ -62,6 +64,15 @@ def test_a_session_id_past_the_limit_is_invalid(stub):
     assert "session_id" in refused.value.details()
 
 
+def affinity_decisions(router) -> float:
+    url = f"http://127.0.0.1:{router.server.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("kvrouter_session_affinity_total "):
+                return float(line.split()[1])
+    raise AssertionError("no kvrouter_session_affinity_total")
+
+
 def test_generate_routes_with_its_session_id(router):
     """A proxied Generate books its session's worker: here the workers are
     unreachable, so the call fails, but a Route of the same session then
@@ -78,6 +89,7 @@ def test_generate_routes_with_its_session_id(router):
         assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
         route = pb.RouteRequest(tokens=prompt(2, 4), session_id="chat-9")
         assert "session affinity" in stub.Route(route, timeout=10).explanation.reason
+        assert affinity_decisions(router) == 1
 
         request.session_id = "s\n"
         with pytest.raises(grpc.RpcError) as refused:
