@@ -427,6 +427,9 @@ class RouteStats:
     @property
     def retired_unreported(self) -> int:
         """Bookings retired because their worker's report no longer counted them."""
+    @property
+    def by_affinity(self) -> int:
+        """Decisions a session's last worker won among tied candidates."""
 
 BookingChange: TypeAlias = tuple[Literal["routed", "prefill_done", "released"], str, Booking | None]
 
@@ -504,11 +507,14 @@ class Router:
         model: str = "",
         hashes: Hashes | None = None,
         num_tokens: int | None = None,
+        session: str = "",
     ) -> Decision:
         """Picks among the workers of `model` and books the load; tokens
-        hash in the model's namespace salted by `namespace`. Raises
-        UnknownModel, NoWorkerAvailable, or ValueError for a request id in
-        flight."""
+        hash in the model's namespace salted by `namespace`. A `session` id
+        sends it, among equally good workers, where the session's last
+        request went. Raises UnknownModel, NoWorkerAvailable, or ValueError
+        for a request id in flight or a session id that is too long or not
+        printable."""
     def route_wire(self, request: bytes) -> tuple[bytes, str]:
         """(serialized RouteResponse, request id); raises RouteRefused."""
     def prefill_done(self, request_id: str) -> bool: ...

@@ -41,20 +41,22 @@ TIER_HOST: Tier
 TIER_DISK: Tier
 
 class RouteRequest(_message.Message):
-    __slots__ = ("request_id", "tokens", "tokens_u32le", "namespace", "explain", "model")
+    __slots__ = ("request_id", "tokens", "tokens_u32le", "namespace", "explain", "model", "session_id")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_U32LE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     EXPLAIN_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tokens: _containers.RepeatedScalarFieldContainer[int]
     tokens_u32le: bytes
     namespace: str
     explain: bool
     model: str
-    def __init__(self, request_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., tokens_u32le: _Optional[bytes] = ..., namespace: _Optional[str] = ..., explain: _Optional[bool] = ..., model: _Optional[str] = ...) -> None: ...
+    session_id: str
+    def __init__(self, request_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., tokens_u32le: _Optional[bytes] = ..., namespace: _Optional[str] = ..., explain: _Optional[bool] = ..., model: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class Candidate(_message.Message):
     __slots__ = ("worker_id", "role", "overlap_device", "overlap_host", "overlap_disk", "cost_ms", "queue_ms", "prefill_ms", "reload_ms", "decode_ms", "transfer_ms", "overflow_ms", "active_requests", "overloaded", "congestion_ms")

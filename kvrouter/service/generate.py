@@ -91,7 +91,11 @@ class GenerationProxy:
         deadline = Deadline(self.ctx.config.default_timeout_s if timeout_s is None else timeout_s)
         try:
             decision = self.ctx.policy.route(
-                request_id, prompt, request.namespace, model=request.model
+                request_id,
+                prompt,
+                request.namespace,
+                model=request.model,
+                session=request.session_id,
             )
         except UnknownModel as e:
             raise ServiceError(grpc.StatusCode.NOT_FOUND, str(e)) from None

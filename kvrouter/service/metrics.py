@@ -62,9 +62,15 @@ class DecisionStats:
             "(a finished or cancelled report that never came)",
         )
         retired.add_metric([], stats.retired_unreported)
+        affinity = CounterMetricFamily(
+            "kvrouter_session_affinity",
+            "Decisions a session's last worker won among candidates tied on cost",
+        )
+        affinity.add_metric([], stats.by_affinity)
         yield decisions
         yield errors
         yield retired
+        yield affinity
         yield histogram_family(
             "kvrouter_routing_latency_seconds",
             "Time to decide one request, in the router",

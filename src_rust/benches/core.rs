@@ -304,7 +304,7 @@ fn decision(c: &mut Criterion) {
                     tokens: &prompts[next % prompts.len()],
                     namespace: "",
                 };
-                let routed = router.route(&index, "bench", "", black_box(prompt), 0);
+                let routed = router.route(&index, "bench", "", "", black_box(prompt), 0);
                 router.release("bench");
                 if next.is_multiple_of(1024) {
                     router.take_records();

@@ -135,6 +135,7 @@ impl RoutingPolicy for Baseline {
             predicted_ttft_ms: 0.0,
             prefill_tokens: request.num_tokens.saturating_sub(cached),
             reason: format!("{}: worker {}{split}", self.kind.name(), decode[0].0),
+            by_affinity: false,
             decode_candidates: Self::candidates(pool, &decode, overlaps),
             prefill_candidates: Self::candidates(pool, &prefill, overlaps),
         })

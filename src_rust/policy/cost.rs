@@ -2,6 +2,7 @@
 //! token, in milliseconds, split into the parts an explanation shows.
 
 use super::models::ModelId;
+use super::sessions::SessionKey;
 use crate::index::TierDepths;
 
 /// Coefficients of the TTFT model. Defaults fit an H100-class engine serving
@@ -57,6 +58,9 @@ pub struct Request {
     pub num_tokens: u64,
     pub num_blocks: u64,
     pub block_size: u64,
+    /// The session it belongs to, if the caller named one: its last
+    /// workers win ties (sessions.rs).
+    pub session: Option<SessionKey>,
 }
 
 /// One candidate's predicted TTFT and its parts, in ms.

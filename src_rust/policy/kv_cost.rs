@@ -9,6 +9,7 @@ use super::cost::{Coefficients, Request};
 use super::pool::Pool;
 use super::select::{Candidate, Pick, Rng};
 use super::{Decision, Overlaps, RouteError, RoutingPolicy, Timing};
+use crate::ids::WorkerId;
 use crate::index::TierDepths;
 
 pub struct CostPolicy {
@@ -83,11 +84,15 @@ impl CostPolicy {
         });
     }
 
-    fn pick(&mut self, candidates: &[Candidate]) -> Option<(usize, Pick)> {
+    fn pick(
+        &mut self,
+        candidates: &[Candidate],
+        prefer: Option<WorkerId>,
+    ) -> Option<(usize, Pick)> {
         self.turn += 1;
         self.config
             .selector
-            .pick(candidates, &mut self.rng, self.turn)
+            .pick(candidates, &mut self.rng, self.turn, prefer)
     }
 }
 
@@ -98,9 +103,11 @@ impl RoutingPolicy for CostPolicy {
         request: &Request,
         overlaps: Overlaps<'_>,
     ) -> Result<Decision, RouteError> {
+        let affinity = pool.affinity(request.session);
+        let prefer_decode = affinity.map(|a| a.decode);
         let local = self.candidates(pool, request, overlaps, false);
         self.observe_work(&local);
-        let Some((d, how)) = self.pick(&local) else {
+        let Some((d, how)) = self.pick(&local, prefer_decode) else {
             return Err(RouteError::NoWorker {
                 blocks: request.num_blocks,
                 registered: pool.serving(request.model),
@@ -115,10 +122,11 @@ impl RoutingPolicy for CostPolicy {
             predicted_ttft_ms: local[d].cost.total(),
             prefill_tokens: uncached_local,
             reason,
+            by_affinity: matches!(how, Pick::Affinity(_)),
             decode_candidates: local.clone(),
             prefill_candidates,
         };
-        let Some((p, _)) = self.pick(&prefill) else {
+        let Some((p, how_prefill)) = self.pick(&prefill, affinity.and_then(|a| a.prefill)) else {
             return Ok(local_decision(explain(how, &local, d), prefill));
         };
         if uncached_local <= self.config.local_prefill_max_tokens {
@@ -151,7 +159,9 @@ impl RoutingPolicy for CostPolicy {
                 Candidate { cost, ..*c }
             })
             .collect();
-        let (d, how) = self.pick(&split).expect("same workers as the local pick");
+        let (d, how) = self
+            .pick(&split, prefer_decode)
+            .expect("same workers as the local pick");
         Ok(Decision {
             decode_worker: split[d].worker,
             prefill_worker: Some(prefill[p].worker),
@@ -160,9 +170,11 @@ impl RoutingPolicy for CostPolicy {
             reason: format!(
                 "disaggregated: prefill on worker {} ({}), decode on {}",
                 prefill[p].worker.0,
-                explain(Pick::Cheapest, &prefill, p),
+                explain(how_prefill, &prefill, p),
                 explain(how, &split, d)
             ),
+            by_affinity: matches!(how, Pick::Affinity(_))
+                || matches!(how_prefill, Pick::Affinity(_)),
             decode_candidates: split,
             prefill_candidates: prefill,
         })
@@ -193,7 +205,7 @@ impl RoutingPolicy for CostPolicy {
     }
 }
 
-pub(super) fn overlap_of(overlaps: Overlaps<'_>, worker: crate::ids::WorkerId) -> TierDepths {
+pub(super) fn overlap_of(overlaps: Overlaps<'_>, worker: WorkerId) -> TierDepths {
     overlaps
         .iter()
         .find(|(id, _)| *id == worker)
@@ -222,6 +234,11 @@ fn explain(how: Pick, candidates: &[Candidate], winner: usize) -> String {
             c.worker.0,
             c.cost.total(),
             c.active_requests
+        ),
+        Pick::Affinity(n) => format!(
+            "worker {} among {n} tied at ~{:.1} ms: session affinity (the session's last worker)",
+            c.worker.0,
+            c.cost.total()
         ),
         Pick::Sampled => format!(
             "worker {} sampled by temperature ({:.1} ms)",

@@ -13,6 +13,7 @@ mod kv_cost;
 mod models;
 mod pool;
 mod select;
+mod sessions;
 
 pub use baselines::Baseline;
 pub use book::{Booked, Booking, LoadBook};
@@ -23,6 +24,7 @@ pub use kv_cost::CostPolicy;
 pub use models::{ModelId, Serves, ADAPTER_SEPARATOR};
 pub use pool::{Pool, WorkerState};
 pub use select::{Candidate, Pick, Rng, Selector};
+pub use sessions::{Affinity, SessionKey, MAX_SESSIONS};
 
 use crate::ids::WorkerId;
 use crate::index::TierDepths;
@@ -62,6 +64,8 @@ pub struct Decision {
     /// Tokens the prefilling worker computes (the request's uncached part there).
     pub prefill_tokens: u64,
     pub reason: String,
+    /// The session's last worker won a tie (on either side).
+    pub by_affinity: bool,
     /// Decode-side candidates; in a split their cost includes the chosen prefill.
     pub decode_candidates: Vec<Candidate>,
     pub prefill_candidates: Vec<Candidate>,
@@ -190,8 +194,9 @@ impl Policy {
             .retire_unreported(worker, load.active_requests, horizon))
     }
 
-    /// Picks the prefill and decode workers and books the request on them.
-    /// `overlaps` are the index's matches for the request's blocks.
+    /// Picks the prefill and decode workers and books the request on them,
+    /// and remembers them for its session. `overlaps` are the index's
+    /// matches for the request's blocks.
     pub fn route(
         &mut self,
         request_id: &str,
@@ -217,10 +222,21 @@ impl Policy {
                 at_ms: now_ms,
             },
         );
+        if let Some(session) = request.session {
+            self.pool.remember(
+                session,
+                Affinity {
+                    decode: decision.decode_worker,
+                    prefill: decision.prefill_worker,
+                },
+            );
+        }
         Ok(decision)
     }
 }
 
+#[cfg(test)]
+mod affinity_tests;
 #[cfg(test)]
 mod model_tests;
 #[cfg(test)]

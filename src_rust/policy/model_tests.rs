@@ -36,6 +36,7 @@ fn request(p: &Policy, model: &str) -> Result<Request, RouteError> {
         num_tokens: 640,
         num_blocks: 10,
         block_size: 64,
+        session: None,
     })
 }
 

@@ -4,6 +4,7 @@
 use super::book::{Booking, LoadBook};
 use super::cost::{Load, Request};
 use super::models::{ModelId, Models, Serves};
+use super::sessions::{Affinity, SessionKey, Sessions};
 use super::{Role, RouteError};
 use crate::ids::WorkerId;
 use hashbrown::HashMap;
@@ -28,6 +29,7 @@ pub struct Pool {
     workers: HashMap<WorkerId, WorkerState>,
     models: Models,
     pub(super) book: LoadBook,
+    sessions: Sessions,
 }
 
 impl Pool {
@@ -54,13 +56,15 @@ impl Pool {
         self.models.unserve(&previous);
     }
 
-    /// Forgets the worker and releases the requests booked on it.
+    /// Forgets the worker and the sessions last routed to it, and releases
+    /// the requests booked on it.
     pub fn remove_worker(&mut self, worker: WorkerId) -> Result<Vec<String>, RouteError> {
         let state = self
             .workers
             .remove(&worker)
             .ok_or(RouteError::UnknownWorker(worker.0))?;
         self.models.unserve(&state.serves);
+        self.sessions.forget_worker(worker);
         Ok(self.book.drop_worker(worker))
     }
 
@@ -158,6 +162,20 @@ impl Pool {
             .collect();
         out.sort_unstable();
         out
+    }
+
+    /// Where the session's last request went, if it is remembered.
+    pub fn affinity(&self, session: Option<SessionKey>) -> Option<Affinity> {
+        self.sessions.get(session?)
+    }
+
+    /// Sessions remembered now (at most `MAX_SESSIONS`).
+    pub fn sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub(super) fn remember(&mut self, session: SessionKey, affinity: Affinity) {
+        self.sessions.remember(session, affinity);
     }
 
     pub fn book(&self) -> &LoadBook {

@@ -1,5 +1,6 @@
-//! Choosing among scored candidates: lowest cost, fair tie-break, optional
-//! temperature sampling, and skipping overloaded workers.
+//! Choosing among scored candidates: lowest cost, a session's last worker
+//! or else a fair tie-break among equals, optional temperature sampling,
+//! and skipping overloaded workers.
 
 use super::cost::Cost;
 use crate::ids::WorkerId;
@@ -23,6 +24,8 @@ pub enum Pick {
     /// Within the tie tolerance of the cheapest, broken by fewest active
     /// requests, then in turn; carries how many tied.
     Tie(usize),
+    /// The session's last worker, among this many tied (`Selector::pick`).
+    Affinity(usize),
     Sampled,
 }
 
@@ -80,11 +83,16 @@ impl Selector {
 
     /// Index of the winner among the candidates not marked overloaded.
     /// `turn` rotates among exact ties so equal workers share the work.
+    /// `prefer` is the request's session's last worker: it wins when it is
+    /// among those within the tie tolerance of the cheapest and holds as
+    /// much of the prompt as any of them, so it never beats a cheaper or
+    /// better-cached candidate.
     pub fn pick(
         &self,
         candidates: &[Candidate],
         rng: &mut Rng,
         turn: u64,
+        prefer: Option<WorkerId>,
     ) -> Option<(usize, Pick)> {
         let eligible: Vec<usize> = (0..candidates.len())
             .filter(|&i| !candidates[i].overloaded)
@@ -95,6 +103,15 @@ impl Selector {
             .fold(f64::INFINITY, f64::min);
         if eligible.is_empty() {
             return None;
+        }
+        let limit = best * (1.0 + self.tie_tolerance) + 1e-9;
+        let tied: Vec<usize> = eligible
+            .iter()
+            .copied()
+            .filter(|&i| candidates[i].cost.total() <= limit)
+            .collect();
+        if let Some(i) = prefer.and_then(|w| affine(candidates, &tied, w)) {
+            return Some((i, Pick::Affinity(tied.len())));
         }
         if self.temperature > 0.0 && eligible.len() > 1 {
             let scale = self.temperature * best.max(1.0);
@@ -111,11 +128,6 @@ impl Selector {
             }
             return Some((*eligible.last().expect("non-empty"), Pick::Sampled));
         }
-        let limit = best * (1.0 + self.tie_tolerance) + 1e-9;
-        let tied: Vec<usize> = eligible
-            .into_iter()
-            .filter(|&i| candidates[i].cost.total() <= limit)
-            .collect();
         if tied.len() == 1 {
             return Some((tied[0], Pick::Cheapest));
         }
@@ -134,6 +146,18 @@ impl Selector {
             Pick::Tie(tied.len()),
         ))
     }
+}
+
+/// The preferred worker's index among `tied`, unless another tied
+/// candidate holds more of the prompt.
+fn affine(candidates: &[Candidate], tied: &[usize], worker: WorkerId) -> Option<usize> {
+    let &i = tied.iter().find(|&&i| candidates[i].worker == worker)?;
+    let most = tied
+        .iter()
+        .map(|&t| candidates[t].overlap.total())
+        .max()
+        .unwrap_or(0);
+    (candidates[i].overlap.total() >= most).then_some(i)
 }
 
 #[cfg(test)]
@@ -169,7 +193,7 @@ mod tests {
             candidate(3, 30.0, 0),
         ];
         assert_eq!(
-            selector().pick(&c, &mut Rng::new(1), 0),
+            selector().pick(&c, &mut Rng::new(1), 0, None),
             Some((1, Pick::Cheapest))
         );
     }
@@ -182,7 +206,7 @@ mod tests {
             candidate(3, 10.0, 1),
         ];
         let picks: Vec<usize> = (0..4)
-            .map(|t| selector().pick(&c, &mut Rng::new(1), t).unwrap().0)
+            .map(|t| selector().pick(&c, &mut Rng::new(1), t, None).unwrap().0)
             .collect();
         assert_eq!(picks, vec![1, 2, 1, 2]);
     }
@@ -196,7 +220,7 @@ mod tests {
         let c = [candidate(1, 10.0, 0), candidate(2, 15.0, 0)];
         let mut rng = Rng::new(7);
         let first = (0..1000)
-            .filter(|_| s.pick(&c, &mut rng, 0).unwrap().0 == 0)
+            .filter(|_| s.pick(&c, &mut rng, 0, None).unwrap().0 == 0)
             .count();
         assert!(first > 600 && first < 1000, "{first}");
     }
@@ -214,7 +238,7 @@ mod tests {
         ];
         s.mark_overloaded(&mut c);
         assert!(c[0].overloaded && !c[1].overloaded);
-        assert_eq!(s.pick(&c, &mut Rng::new(1), 0).unwrap().0, 1);
+        assert_eq!(s.pick(&c, &mut Rng::new(1), 0, None).unwrap().0, 1);
         let mut lone = [candidate(1, 1.0, 40)];
         s.mark_overloaded(&mut lone);
         assert!(!lone[0].overloaded);

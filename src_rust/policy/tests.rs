@@ -15,6 +15,7 @@ fn request(blocks: u64) -> Request {
         num_tokens: blocks * 64,
         num_blocks: blocks,
         block_size: 64,
+        session: None,
     }
 }
 

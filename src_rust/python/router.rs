@@ -84,6 +84,8 @@ pub struct PyRouteStats {
     overlap: PyHistogram,
     /// Bookings retired because their worker's report no longer counted them.
     retired_unreported: u64,
+    /// Decisions a session's last worker won among tied candidates.
+    by_affinity: u64,
 }
 
 #[pyclass(name = "Router", module = "kvrouter._core", frozen)]
@@ -120,7 +122,14 @@ impl PyRouter {
         };
         let routed = self
             .router
-            .route(index, &request.request_id, &request.model, prompt, now_ms)
+            .route(
+                index,
+                &request.request_id,
+                &request.model,
+                &request.session,
+                prompt,
+                now_ms,
+            )
             .map_err(|(id, e)| (id, Refusal::from(e)))?;
         let response = self
             .directory
@@ -356,10 +365,13 @@ impl PyRouter {
     /// its load on them, with the GIL released. The prompt is `tokens`
     /// (hashed here, in the model's namespace salted by `namespace`) or its
     /// block `hashes` (with `num_tokens`). An empty `request_id` gets one
-    /// made here. Raises UnknownModel, NoWorkerAvailable, or ValueError for
-    /// a request id in flight.
+    /// made here. A `session` id sends it, among equally good workers, where
+    /// the session's last request went. Raises UnknownModel,
+    /// NoWorkerAvailable, or ValueError for a request id in flight or a
+    /// session id that is too long or not printable.
     #[pyo3(signature = (
-        request_id, tokens = None, namespace = "", *, model = "", hashes = None, num_tokens = None
+        request_id, tokens = None, namespace = "", *, model = "", hashes = None, num_tokens = None,
+        session = ""
     ))]
     #[allow(clippy::too_many_arguments)]
     fn route(
@@ -371,7 +383,9 @@ impl PyRouter {
         model: &str,
         hashes: Option<&Bound<'_, PyAny>>,
         num_tokens: Option<u64>,
+        session: &str,
     ) -> PyResult<PyDecision> {
+        wire::check_session(session).map_err(PyValueError::new_err)?;
         let now_ms = self.now_ms(py)?;
         let index = &self.index.get().0;
         let routed = match (tokens, hashes) {
@@ -382,7 +396,8 @@ impl PyRouter {
                         tokens: tokens.as_slice(),
                         namespace,
                     };
-                    self.router.route(index, request_id, model, prompt, now_ms)
+                    self.router
+                        .route(index, request_id, model, session, prompt, now_ms)
                 })
             }
             (None, Some(hashes)) => {
@@ -393,7 +408,8 @@ impl PyRouter {
                         hashes: &hashes,
                         num_tokens,
                     };
-                    self.router.route(index, request_id, model, prompt, now_ms)
+                    self.router
+                        .route(index, request_id, model, session, prompt, now_ms)
                 })
             }
             _ => {
@@ -472,6 +488,7 @@ impl PyRouter {
             latency: PyHistogram::from(&stats.latency),
             overlap: PyHistogram::from(&stats.overlap),
             retired_unreported: stats.retired_unreported,
+            by_affinity: stats.by_affinity,
         }
     }
 

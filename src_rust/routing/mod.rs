@@ -17,7 +17,8 @@ use crate::hashing::{model_namespace, BlockHasher};
 use crate::ids::{SeqHash, WorkerId};
 use crate::index::PrefixIndex;
 use crate::policy::{
-    Booking, Coefficients, Decision, Load, Policy, PolicyConfig, Pool, Request, RouteError, Timing,
+    Booking, Coefficients, Decision, Load, Policy, PolicyConfig, Pool, Request, RouteError,
+    SessionKey, Timing,
 };
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -152,13 +153,16 @@ impl Router {
 
     /// Decides where the request goes, among the workers of `model` (a
     /// model, `model:adapter`, or empty for the unnamed model), and books
-    /// it. An empty `request_id` gets one made here. On refusal, returns the
+    /// it. An empty `request_id` gets one made here. A non-empty `session`
+    /// sends it, among equally good workers, where the session's last
+    /// request went (`policy::Selector::pick`). On refusal, returns the
     /// request id with the error; a refused request books nothing.
     pub fn route(
         &self,
         index: &PrefixIndex,
         request_id: &str,
         model: &str,
+        session: &str,
         prompt: Prompt<'_>,
         now_ms: u64,
     ) -> Result<Routed, (String, RouteError)> {
@@ -182,7 +186,16 @@ impl Router {
                 num_tokens.unwrap_or(hashes.len() as u64 * self.block_size),
             ),
         };
-        match self.decide(index, &request_id, model, hashes, num_tokens, now_ms) {
+        let session = SessionKey::of(session);
+        match self.decide(
+            index,
+            &request_id,
+            model,
+            session,
+            hashes,
+            num_tokens,
+            now_ms,
+        ) {
             Ok(decision) => {
                 let routed = Routed {
                     request_id,
@@ -206,11 +219,13 @@ impl Router {
     /// An idle pool pays nothing for predictions, a policy that never reads
     /// the index makes none, and there are never more than
     /// `MAX_APPROXIMATE_BLOCKS`.
+    #[allow(clippy::too_many_arguments)]
     fn decide(
         &self,
         index: &PrefixIndex,
         request_id: &str,
         model: &str,
+        session: Option<SessionKey>,
         hashes: &[SeqHash],
         num_tokens: u64,
         now_ms: u64,
@@ -227,6 +242,7 @@ impl Router {
                 num_tokens,
                 num_blocks: hashes.len() as u64,
                 block_size: self.block_size,
+                session,
             };
             let decision = policy.route(request_id, request, &matched, now_ms)?;
             let prefilling = decision.prefill_worker.unwrap_or(decision.decode_worker);
@@ -276,6 +292,7 @@ impl Router {
                     .entry((prefill, BookedAs::Prefill))
                     .or_default() += 1;
             }
+            stats.by_affinity += u64::from(d.by_affinity);
             if routed.num_blocks > 0 {
                 stats
                     .overlap
@@ -440,5 +457,7 @@ impl Router {
 
 #[cfg(test)]
 mod model_tests;
+#[cfg(test)]
+mod session_tests;
 #[cfg(test)]
 mod tests;

@@ -39,7 +39,10 @@ fn routed(router: &Router, index: &PrefixIndex, id: &str, model: &str, t: &[u32]
         tokens: t,
         namespace: "",
     };
-    let d = router.route(index, id, model, prompt, 0).unwrap().decision;
+    let d = router
+        .route(index, id, model, "", prompt, 0)
+        .unwrap()
+        .decision;
     let chosen = d
         .decode_candidates
         .iter()

@@ -65,6 +65,8 @@ pub struct RouteStats {
     pub overlap: Histogram,
     /// Bookings retired because their worker's report no longer counted them.
     pub retired_unreported: u64,
+    /// Decisions a session's last worker won among tied candidates.
+    pub by_affinity: u64,
 }
 
 impl RouteStats {
@@ -75,6 +77,7 @@ impl RouteStats {
             latency: Histogram::new(latency_bounds),
             overlap: Histogram::new(overlap_bounds),
             retired_unreported: 0,
+            by_affinity: 0,
         }
     }
 }

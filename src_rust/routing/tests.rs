@@ -68,7 +68,9 @@ fn every_decision_is_counted_and_recorded() {
     let index = cached_on_1(8);
     let r = router(PolicyConfig::default(), logged());
     let prompt_tokens = tokens(8 * BS as u32);
-    let routed = r.route(&index, "a", "", prompt(&prompt_tokens), 0).unwrap();
+    let routed = r
+        .route(&index, "a", "", "", prompt(&prompt_tokens), 0)
+        .unwrap();
     assert_eq!(routed.decision.decode_worker, WorkerId(1));
     assert_eq!(routed.num_blocks, 8);
     let stats = r.stats();
@@ -88,7 +90,9 @@ fn every_decision_is_counted_and_recorded() {
 fn a_refusal_is_counted_by_code_and_books_nothing() {
     let index = empty_index();
     let r = Router::new(BS, PolicyConfig::default(), logged()).unwrap();
-    let (id, error) = r.route(&index, "", "", prompt(&tokens(32)), 0).unwrap_err();
+    let (id, error) = r
+        .route(&index, "", "", "", prompt(&tokens(32)), 0)
+        .unwrap_err();
     assert!(matches!(error, RouteError::NoWorker { .. }));
     assert!(id.starts_with("r-"), "{id}");
     assert_eq!(r.stats().errors["UNAVAILABLE"], 1);
@@ -101,9 +105,10 @@ fn a_refusal_is_counted_by_code_and_books_nothing() {
 fn a_duplicate_request_id_is_refused() {
     let index = empty_index();
     let r = router(PolicyConfig::default(), RouterOptions::default());
-    r.route(&index, "a", "", prompt(&tokens(32)), 0).unwrap();
+    r.route(&index, "a", "", "", prompt(&tokens(32)), 0)
+        .unwrap();
     let (_, error) = r
-        .route(&index, "a", "", prompt(&tokens(32)), 0)
+        .route(&index, "a", "", "", prompt(&tokens(32)), 0)
         .unwrap_err();
     assert_eq!(error, RouteError::DuplicateRequest("a".into()));
     assert_eq!(r.stats().errors["INVALID_ARGUMENT"], 1);
@@ -119,7 +124,7 @@ fn made_up_request_ids_are_unique() {
     let r = router(PolicyConfig::default(), options);
     let ids: Vec<String> = (0..3)
         .map(|_| {
-            r.route(&index, "", "", prompt(&tokens(4)), 0)
+            r.route(&index, "", "", "", prompt(&tokens(4)), 0)
                 .unwrap()
                 .request_id
         })
@@ -133,11 +138,12 @@ fn hashes_and_tokens_decide_alike() {
     let r = router(PolicyConfig::default(), RouterOptions::default());
     let all = tokens(4 * BS as u32 + 3);
     let hashes = BlockHasher::for_namespace(BS as usize, "").seq_hashes(&all);
-    let by_tokens = r.route(&index, "t", "", prompt(&all), 0).unwrap();
+    let by_tokens = r.route(&index, "t", "", "", prompt(&all), 0).unwrap();
     let by_hashes = r
         .route(
             &index,
             "h",
+            "",
             "",
             Prompt::Hashes {
                 hashes: &hashes,
@@ -157,7 +163,9 @@ fn hashes_and_tokens_decide_alike() {
 fn predictions_are_made_only_behind_a_backlog() {
     let index = empty_index();
     let r = router(PolicyConfig::default(), RouterOptions::default());
-    let idle = r.route(&index, "idle", "", prompt(&tokens(64)), 0).unwrap();
+    let idle = r
+        .route(&index, "idle", "", "", prompt(&tokens(64)), 0)
+        .unwrap();
     assert_eq!(index.num_approximate(), 0, "an idle pool predicts nothing");
     r.with_pool(|pool| {
         for w in 0..2 {
@@ -169,7 +177,7 @@ fn predictions_are_made_only_behind_a_backlog() {
         }
     });
     let busy = r
-        .route(&index, "busy", "", prompt(&tokens(128)), 0)
+        .route(&index, "busy", "", "", prompt(&tokens(128)), 0)
         .unwrap();
     assert_eq!(index.num_approximate(), 8);
     let holder = busy.decision.decode_worker;
@@ -185,7 +193,9 @@ fn predictions_are_made_only_behind_a_backlog() {
 fn booking_changes_follow_the_lifecycle() {
     let index = empty_index();
     let r = router(PolicyConfig::default(), logged());
-    let routed = r.route(&index, "a", "", prompt(&tokens(64)), 0).unwrap();
+    let routed = r
+        .route(&index, "a", "", "", prompt(&tokens(64)), 0)
+        .unwrap();
     assert!(r.prefill_done("a"));
     assert!(!r.prefill_done("a"));
     assert!(r.release("a"));
@@ -231,7 +241,9 @@ fn a_peer_replicas_bookings_steer_the_choice() {
         };
         pool.book_mut().charge_remote("peer", "p".into(), booking);
     });
-    let routed = r.route(&index, "a", "", prompt(&tokens(64)), 0).unwrap();
+    let routed = r
+        .route(&index, "a", "", "", prompt(&tokens(64)), 0)
+        .unwrap();
     assert_eq!(routed.decision.decode_worker, WorkerId(1));
     assert_eq!(r.load(WorkerId(0)).unwrap().queued_prefill_tokens, 50_000);
     r.with_pool(|pool| pool.book_mut().drop_replica("peer"));
@@ -248,18 +260,20 @@ fn baselines_are_chosen_by_name() {
     let r = router(config(PolicyName::RoundRobin), RouterOptions::default());
     let turns: Vec<u64> = (0..4)
         .map(|i| {
-            let routed = r.route(&index, &format!("r{i}"), "", prompt(&tokens(128)), 0);
+            let routed = r.route(&index, &format!("r{i}"), "", "", prompt(&tokens(128)), 0);
             routed.unwrap().decision.decode_worker.0
         })
         .collect();
     assert_eq!(turns, [0, 1, 0, 1]);
     let r = router(config(PolicyName::OverlapOnly), RouterOptions::default());
     for i in 0..3 {
-        let routed = r.route(&index, &format!("o{i}"), "", prompt(&tokens(128)), 0);
+        let routed = r.route(&index, &format!("o{i}"), "", "", prompt(&tokens(128)), 0);
         assert_eq!(routed.unwrap().decision.decode_worker, WorkerId(1));
     }
     let r = router(config(PolicyName::Dynamo), RouterOptions::default());
-    let routed = r.route(&index, "d", "", prompt(&tokens(128)), 0).unwrap();
+    let routed = r
+        .route(&index, "d", "", "", prompt(&tokens(128)), 0)
+        .unwrap();
     assert_eq!(routed.decision.decode_worker, WorkerId(1));
     assert_eq!(
         routed.decision.prefill_tokens, 0,
@@ -281,8 +295,11 @@ fn a_split_baseline_lists_retries_in_turn() {
         }
         pool.upsert_worker(WorkerId(9), Role::Prefill, 10_000, &Serves::default());
     });
-    r.route(&index, "a", "", prompt(&tokens(32)), 0).unwrap();
-    let routed = r.route(&index, "b", "", prompt(&tokens(32)), 0).unwrap();
+    r.route(&index, "a", "", "", prompt(&tokens(32)), 0)
+        .unwrap();
+    let routed = r
+        .route(&index, "b", "", "", prompt(&tokens(32)), 0)
+        .unwrap();
     let d = &routed.decision;
     assert_eq!(d.prefill_worker, Some(WorkerId(9)));
     let order: Vec<u64> = d.decode_candidates.iter().map(|c| c.worker.0).collect();
@@ -309,7 +326,7 @@ fn a_forgotten_finish_is_retired_at_the_workers_next_report() {
     let r = router(PolicyConfig::default(), logged());
     let grace = PolicyConfig::default().unreported_grace_ms;
     let first = r
-        .route(&index, "forgotten", "", prompt(&tokens(64)), 0)
+        .route(&index, "forgotten", "", "", prompt(&tokens(64)), 0)
         .unwrap();
     let worker = first.decision.decode_worker;
     r.take_booking_changes();
@@ -332,7 +349,7 @@ fn a_forgotten_finish_is_retired_at_the_workers_next_report() {
         active_requests: 1,
         ..Load::default()
     };
-    r.route(&index, "counted", "", prompt(&tokens(64)), 0)
+    r.route(&index, "counted", "", "", prompt(&tokens(64)), 0)
         .unwrap();
     let holder = r.with_pool(|pool| pool.book().own().next().unwrap().1.decode_worker);
     assert_eq!(

@@ -18,6 +18,8 @@ pub struct RouteRequest {
     pub explain: bool,
     #[prost(string, tag = "6")]
     pub model: String,
+    #[prost(string, tag = "7")]
+    pub session_id: String,
 }
 
 /// `kvrouter.v1.Candidate`

@@ -10,7 +10,10 @@ mod route;
 
 pub use events::{decode_publish, DecodedBatch, Publish};
 pub use messages::{Candidate, Explanation, RouteError, RouteRequest, RouteResponse};
-pub use route::{check_model, check_namespace, parse, prompt_length, Directory, Limits, Routable};
+pub use route::{
+    check_model, check_namespace, check_session, parse, prompt_length, Directory, Limits, Routable,
+    MAX_SESSION_CHARS,
+};
 
 #[cfg(test)]
 mod tests;

@@ -24,6 +24,8 @@ pub struct Routable {
     pub tokens: Vec<u32>,
     pub namespace: String,
     pub model: String,
+    /// Empty: no session.
+    pub session: String,
     pub explain: bool,
 }
 
@@ -49,6 +51,7 @@ fn check(request: RouteRequest, limits: &Limits) -> Result<Routable, (String, Re
     .map_err(refuse)?;
     check_namespace(&request.namespace, limits.max_namespace_chars).map_err(refuse)?;
     check_model(&request.model, limits.max_model_chars).map_err(refuse)?;
+    check_session(&request.session_id).map_err(refuse)?;
     if request.request_id.chars().count() > limits.max_request_id_chars {
         return Err(refuse(format!(
             "request_id is longer than {} characters",
@@ -60,6 +63,7 @@ fn check(request: RouteRequest, limits: &Limits) -> Result<Routable, (String, Re
         request_id: request.request_id,
         namespace: request.namespace,
         model: request.model,
+        session: request.session_id,
         explain: request.explain,
     })
 }
@@ -116,6 +120,15 @@ pub fn check_namespace(namespace: &str, max_chars: usize) -> Result<(), String> 
 /// at most `max_chars` characters long.
 pub fn check_model(model: &str, max_chars: usize) -> Result<(), String> {
     check_printable("model", model, max_chars)
+}
+
+/// The longest session id a request may name.
+pub const MAX_SESSION_CHARS: usize = 256;
+
+/// A session id is printable and at most `MAX_SESSION_CHARS` characters
+/// long (the router keeps only its hash, so this bounds input, not memory).
+pub fn check_session(session: &str) -> Result<(), String> {
+    check_printable("session_id", session, MAX_SESSION_CHARS)
 }
 
 fn check_printable(field: &str, value: &str, max_chars: usize) -> Result<(), String> {

@@ -44,6 +44,15 @@ fn packed_and_repeated_prompts_decode_alike() {
 }
 
 #[test]
+fn the_session_id_is_carried() {
+    let request = RouteRequest {
+        session_id: "chat-1".into(),
+        ..prompt(vec![1])
+    };
+    assert_eq!(parse(&encoded(request), &LIMITS).unwrap().session, "chat-1");
+}
+
+#[test]
 fn each_bad_request_is_refused_as_invalid_with_its_reason() {
     let cases: Vec<(RouteRequest, &str)> = vec![
         (prompt(vec![]), "the prompt is empty"),
@@ -105,6 +114,22 @@ fn each_bad_request_is_refused_as_invalid_with_its_reason() {
                 ..Default::default()
             },
             "request_id is longer than 6 characters",
+        ),
+        (
+            RouteRequest {
+                tokens: vec![1],
+                session_id: "s".repeat(MAX_SESSION_CHARS + 1),
+                ..Default::default()
+            },
+            "session_id is 257 characters; the limit is 256",
+        ),
+        (
+            RouteRequest {
+                tokens: vec![1],
+                session_id: "a\tb".into(),
+                ..Default::default()
+            },
+            "session_id must not contain control characters",
         ),
     ];
     for (request, reason) in cases {
@@ -175,6 +200,7 @@ fn split_decision() -> Decision {
         predicted_ttft_ms: 12.5,
         prefill_tokens: 100,
         reason: "lowest predicted TTFT".into(),
+        by_affinity: false,
         decode_candidates: vec![scored(1, 0), scored(2, 4)],
         prefill_candidates: vec![scored(5, 2), scored(6, 0)],
     }

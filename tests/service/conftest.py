@@ -22,13 +22,15 @@ class RunningRouter(ThreadedRouter):
         self._cleanups.append(client.close)
         return client
 
-    def worker(self, worker_id: int, role: str = "both", **kwargs) -> WorkerRegistration:
+    def worker(
+        self, worker_id: int, role: str = "both", address: str = "", **kwargs
+    ) -> WorkerRegistration:
         registration = WorkerRegistration(
             self.target,
             role=role,
             capacity_blocks=100_000,
             worker_id=worker_id,
-            address=f"w{worker_id}:1",
+            address=address or f"w{worker_id}:1",
             **kwargs,
         )
         registration.start_background()
