@@ -42,11 +42,14 @@ __all__ = [
     "UnknownModel",
     "DEFAULT_BLOCK_SIZE",
     "ADAPTER_SEPARATOR",
+    "MAX_SESSION_CHARS",
 ]
 
 DEFAULT_BLOCK_SIZE: int
 # Between a model and an adapter in a requested model name: "model:adapter".
 ADAPTER_SEPARATOR: str
+# The longest session id a route request may name.
+MAX_SESSION_CHARS: int
 
 class _NumpyArray(Protocol):
     """A numpy array: its stubs declare the buffer protocol only on Python 3.12+."""

@@ -55,5 +55,6 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("DEFAULT_BLOCK_SIZE", crate::hashing::DEFAULT_BLOCK_SIZE)?;
     m.add("ADAPTER_SEPARATOR", crate::policy::ADAPTER_SEPARATOR)?;
+    m.add("MAX_SESSION_CHARS", crate::wire::MAX_SESSION_CHARS)?;
     Ok(())
 }

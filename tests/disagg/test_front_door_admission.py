@@ -207,3 +207,53 @@ def test_cached_prompt_tokens_are_reported(client):
     for _ in range(2):
         answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1)
     assert answer.usage.prompt_tokens_details.cached_tokens > 0
+
+
+def decode_workers(cluster, ids: list[str]) -> list[int]:
+    def lines():
+        text = (cluster.log_dir / "router.log").read_text().splitlines()
+        return {
+            r["request_id"]: r["decode_worker"]
+            for r in map(json.loads, (line for line in text if line.startswith("{")))
+            if r.get("logger") == "kvrouter.decisions"
+        }
+
+    wait_until(lambda: set(ids) <= set(lines()), what="the decisions to be logged")
+    chosen = lines()
+    return [chosen[i] for i in ids]
+
+
+@pytest.mark.parametrize("how", ["header", "user"])
+def test_a_sessions_turns_stay_on_its_first_workers(front_door, client, how):
+    """The session's first turn goes elsewhere than idle requests would, as
+    the worker they would take is busy; its later turns, on an idle cluster,
+    still follow it there."""
+    cluster, _ = front_door
+    session = (
+        {"extra_headers": {"x-session-id": f"conversation-{how}"}}
+        if how == "header"
+        else {"user": f"someone-{how}@example.com"}
+    )
+
+    def complete(prompt, **extra):
+        return client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, **extra).id
+
+    (idle_choice,) = decode_workers(cluster, [complete(f"{how}: no session")])
+    busy = client.completions.create(model=MODEL, prompt=f"{how}: busy", **HOLD)
+    next(iter(busy))
+    (first,) = decode_workers(cluster, [complete(f"{how}: turn 0", **session)])
+    busy.close()
+    wait_until(lambda: all_idle(cluster), what="the busy request to end")
+    assert first != idle_choice
+    turns = [complete(f"{how}: turn {turn}", **session) for turn in range(1, 6)]
+    assert decode_workers(cluster, turns) == [first] * 5
+    (alone,) = decode_workers(cluster, [complete(f"{how}: no session again")])
+    assert alone == idle_choice
+
+
+def test_a_bad_session_header_is_400(front_door):
+    _, base = front_door
+    body = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 1}).encode()
+    status, _, answer = http_post(base + "/v1/completions", body, {"x-session-id": "x" * 257})
+    assert status == 400
+    assert "x-session-id" in answer["error"]["message"]

@@ -40,6 +40,7 @@ from kvrouter.service.openai.requests import (
     ChatCompletionRequest,
     CompletionRequest,
 )
+from kvrouter.service.openai.session import SESSION_HEADER, session_id
 from kvrouter.service.workers import WorkerTable
 
 
@@ -186,6 +187,9 @@ class FrontDoor:
             priority = Priority.from_header(request.headers.get(PRIORITY_HEADER))
             record.priority = priority.value
             completion = await build(request, record)
+            completion.session = session_id(
+                request.headers.get(SESSION_HEADER), completion.body.user
+            )
             _check(completion, self.max_prompt_tokens)
             record.queue_s = await self.admission.admit(completion.body.model, priority)
             admitted = True

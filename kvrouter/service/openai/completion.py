@@ -40,6 +40,8 @@ class Completion:
     prompt: list[int]
     max_tokens: int
     record: RequestRecord
+    # The conversation it belongs to (`session.session_id`); "" for none.
+    session: str = ""
 
     def __post_init__(self) -> None:
         prefix = "chatcmpl" if self.chat else "cmpl"
@@ -72,6 +74,7 @@ class Completion:
             tokens_u32le=array("I", self.prompt).tobytes(),
             model=body.model,
             sampling=sampling,
+            session_id=self.session,
         )
 
     async def texts(self, chunks: AsyncIterator[gen.GenerateResponse]):
