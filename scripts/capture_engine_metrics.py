@@ -29,6 +29,7 @@ def main() -> int:
         import vllm
         from prometheus_client import REGISTRY, generate_latest
         from vllm.config import DeviceConfig, ModelConfig, VllmConfig
+        from vllm.v1.engine import FinishReason
         from vllm.v1.metrics.loggers import PrometheusStatLogger
         from vllm.v1.metrics.stats import FinishedRequestStats, IterationStats, SchedulerStats
     except ImportError as e:
@@ -45,7 +46,7 @@ def main() -> int:
     for engine, state in ENGINES.items():
         iteration = IterationStats()
         iteration.finished_requests = [
-            FinishedRequestStats(finish_reason=vllm.v1.engine.FinishReason.STOP, num_prompt_tokens=n)
+            FinishedRequestStats(finish_reason=FinishReason.STOP, num_prompt_tokens=n)
             for n in state["prompts"]
         ]
         scheduler = SchedulerStats(
