@@ -12,9 +12,12 @@ router's cost model takes it (`WorkerLoad`), per data-parallel rank.
   SGLang `sglang:token_usage`).
 
 A series' DP rank is its `engine` label (vLLM) or `dp_rank` label
-(SGLang); a series without one speaks for every rank of the engine. The
-engines count waiting requests, not their tokens, so the queued prefill is
-estimated from the mean prompt so far (0 before the first request)."""
+(SGLang); a series without one speaks for every rank of the engine (SGLang
+counts prompts in its tokenizer process, whose series name no rank). SGLang
+with priority scheduling adds per-priority series (`priority="<n>"`) beside
+the total (`priority=""`); only the total is read. The engines count
+waiting requests, not their tokens, so the queued prefill is estimated from
+the mean prompt so far (0 before the first request)."""
 
 from __future__ import annotations
 
@@ -61,7 +64,7 @@ def engine_loads(text: str, capacity_blocks: int) -> dict[int | None, WorkerLoad
     values: dict[int | None, dict[str, float]] = defaultdict(dict)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if not math.isfinite(sample.value):
+            if not math.isfinite(sample.value) or sample.labels.get("priority"):
                 continue
             rank = _rank(sample.labels)
             kept = values[rank]
@@ -69,8 +72,9 @@ def engine_loads(text: str, capacity_blocks: int) -> dict[int | None, WorkerLoad
     names = next((n for n in (VLLM, SGLANG) if any(n.running in v for v in values.values())), None)
     if names is None:
         return {}
+    shared = values.get(None, {})
     return {
-        rank: _load(names, kept, capacity_blocks)
+        rank: _load(names, {**shared, **kept}, capacity_blocks)
         for rank, kept in values.items()
         if names.running in kept
     }

@@ -1,0 +1,77 @@
+"""The sidecar's reading of an engine's `/metrics` page as the router's
+load figures: on the page vLLM 0.33's own Prometheus logger wrote
+(scripts/capture_engine_metrics.py; the state it recorded beside it), and
+on a page with SGLang 0.5's series names and labels."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvrouter.adapters.vllm.engine_load import engine_loads
+from kvrouter.client.types import WorkerLoad
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+CAPACITY = 1000
+
+# SGLang 0.5.23's collectors (srt/observability/metrics_collector.py): the
+# scheduler's series carry tp/pp/ep ranks and dp_rank, with priority
+# scheduling a total under priority="" and a series per priority; the
+# tokenizer process counts prompts and requests with no rank.
+SCHEDULER_LABELS = 'engine_type="unified",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+
+
+def scheduler(name: str, rank: int, value: float, priority: str | None = None) -> str:
+    labels = f'dp_rank="{rank}",{SCHEDULER_LABELS}'
+    if priority is not None:
+        labels += f',priority="{priority}"'
+    return f"{name}{{{labels}}} {value}"
+
+
+SGLANG_PAGE = "\n".join(
+    [
+        "# TYPE sglang:num_running_reqs gauge",
+        scheduler("sglang:num_running_reqs", 0, 4.0, ""),
+        scheduler("sglang:num_running_reqs", 0, 4.0, "1"),
+        scheduler("sglang:num_running_reqs", 1, 0.0, ""),
+        "# TYPE sglang:num_queue_reqs gauge",
+        scheduler("sglang:num_queue_reqs", 0, 2.0, ""),
+        scheduler("sglang:num_queue_reqs", 0, 2.0, "1"),
+        scheduler("sglang:num_queue_reqs", 1, 1.0, ""),
+        "# TYPE sglang:token_usage gauge",
+        scheduler("sglang:token_usage", 0, 0.4),
+        scheduler("sglang:token_usage", 1, 0.1),
+        "# TYPE sglang:prompt_tokens counter",
+        'sglang:prompt_tokens_total{model_name="m"} 6000.0',
+        "# TYPE sglang:num_requests counter",
+        'sglang:num_requests_total{model_name="m"} 20.0',
+        "",
+    ]
+)
+
+
+def test_vllms_own_page_reads_as_each_ranks_load():
+    page = FIXTURES / "vllm-0.33.0-metrics.txt"
+    recorded = json.loads(Path(f"{page}.json").read_text())
+    loads = engine_loads(page.read_text(), CAPACITY)
+    assert set(loads) == {int(rank) for rank in recorded}
+    for rank, state in recorded.items():
+        waiting = state["waiting"] + state["deferred"]
+        mean_prompt = sum(state["prompts"]) / len(state["prompts"])
+        assert loads[int(rank)] == WorkerLoad(
+            queued_prefill_tokens=round(waiting * mean_prompt),
+            active_decode_blocks=round(state["kv_cache_usage"] * CAPACITY),
+            active_requests=state["running"] + waiting,
+        )
+
+
+def test_sglangs_page_reads_totals_per_rank_with_the_shared_prompt_mean():
+    loads = engine_loads(SGLANG_PAGE, CAPACITY)
+    assert loads == {
+        0: WorkerLoad(queued_prefill_tokens=600, active_decode_blocks=400, active_requests=6),
+        1: WorkerLoad(queued_prefill_tokens=300, active_decode_blocks=100, active_requests=1),
+    }
+
+
+def test_a_page_of_neither_engine_is_no_load():
+    assert engine_loads("# TYPE x gauge\nx 1.0\n", CAPACITY) == {}
