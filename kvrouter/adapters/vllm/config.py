@@ -7,7 +7,7 @@ endpoint = "tcp://10.0.0.5:5557"           # the engine's KV event PUB socket
 replay_endpoint = "tcp://10.0.0.5:5558"    # its ROUTER replay socket (optional)
 data_parallel_size = 2                     # DP rank r publishes on port + r
 role = "both"                              # prefill | decode | both
-address = "http://10.0.0.5:8000"           # what clients are told to call
+address = "http://10.0.0.5:8000"           # its OpenAI server's base URL
 capacity_blocks = 40000
 model = "llama-3-8b"                       # the model requests name to reach it
 adapters = ["sql"]                         # LoRA adapters it serves: "llama-3-8b:sql"
@@ -36,8 +36,9 @@ class EngineConfig:
     data_parallel_size: int = 1
     worker_ids: tuple[int, ...] = ()
     role: str = "both"
-    # Where clients send the engine's requests (its OpenAI server), as the
-    # router reports it with each decision.
+    # The engine's OpenAI-compatible server, its base URL: the router sends
+    # it proxied requests there, and reports it with each decision. The
+    # sidecar requires it.
     address: str = ""
     # The engine's KV capacity; only used to exclude prompts that cannot fit.
     capacity_blocks: int = 1_000_000
