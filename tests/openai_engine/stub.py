@@ -28,6 +28,8 @@ class StubEngine:
         self.tokens = tokens
         self.mode = "ok"
         self.received: list[dict] = []
+        # The client address (host, port) of each request.
+        self.peers: list[tuple[str, int]] = []
         # Streams that ended with the client gone before the last event.
         self.disconnects = 0
         # What its registration's heartbeats report.
@@ -53,6 +55,7 @@ class StubEngine:
     async def _complete(self, request: Request):
         body = await request.json()
         self.received.append(body)
+        self.peers.append(tuple(request.client))
         if self.mode == "unavailable":
             error = {"error": {"message": "the engine is overloaded", "code": 503}}
             return JSONResponse(error, status_code=503)

@@ -14,16 +14,16 @@ import pytest
 from serve_process import ServeProcess
 from waiting import wait_until
 
-from kvrouter.client import RouterClient, WorkerLoad, WorkerRegistration
+from kvrouter.client import RouterClient, WorkerLoad
 from kvrouter.demo.cluster import free_port
 from kvrouter.engine.tiny_tokenizer import write_tiny_tokenizer
 from kvrouter.frontend import ModelTokenizer
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 
+from .helpers import MODEL, booked, probe, register
 from .stub import StubEngine
 
-MODEL = "tiny"
 TOKENS = {"a": list(range(40, 60)), "b": list(range(70, 90))}
 
 
@@ -49,22 +49,6 @@ def start_router(tokenizer_dir, *flags: str) -> ServeProcess:
     )
 
 
-def register(router, stub: StubEngine) -> WorkerRegistration:
-    """Registers `stub` as the sidecar registers an engine, its heartbeats
-    carrying the load the test sets on it (`stub.load`)."""
-    registration = WorkerRegistration(
-        router.target,
-        role="both",
-        capacity_blocks=10_000,
-        address=stub.url,
-        model=MODEL,
-        protocol="openai",
-        load=lambda: stub.load,
-    )
-    registration.start_background()
-    return registration
-
-
 def front_door(router) -> openai.OpenAI:
     base = f"http://127.0.0.1:{router.wait_for('router serving')['http_port']}/v1"
     return openai.OpenAI(base_url=base, api_key="unused", max_retries=0, timeout=60)
@@ -80,7 +64,7 @@ def router(tokenizer_dir):
 @pytest.fixture(scope="module")
 def engines(router):
     stubs = {name: StubEngine(tokens).start() for name, tokens in TOKENS.items()}
-    registrations = {name: register(router, stub) for name, stub in stubs.items()}
+    registrations = {name: register(router.target, stub) for name, stub in stubs.items()}
     yield {name: (stub, registrations[name].worker_id) for name, stub in stubs.items()}
     for registration in registrations.values():
         registration.stop_background()
@@ -93,23 +77,11 @@ def client(router, engines):
     for stub, _ in engines.values():
         stub.mode = "ok"
         stub.received.clear()
+        stub.peers.clear()
         stub.load = WorkerLoad()
     with front_door(router) as client:
         yield client
-    wait_until(lambda: not any(booked(router).values()), what="every booking to be closed")
-
-
-def probe(router):
-    """A decision the router would make now, with every candidate."""
-    with RouterClient(router.target) as client:
-        result = client.route([1, 2, 3], model=MODEL, explain=True)
-        client.cancelled(result.request_id)
-    return result
-
-
-def booked(router) -> dict[int, int]:
-    """Requests the router has booked on each engine."""
-    return {c.worker_id: c.active_requests for c in probe(router).explanation.decode_candidates}
+    wait_until(lambda: not any(booked(router.target).values()), what="every booking to be closed")
 
 
 def served_by(engines, tokenizer, text: str) -> str:
@@ -146,6 +118,14 @@ def test_answers_are_the_engines_tokens_and_it_gets_the_routers(client, engines,
     assert (stub.received[-1]["seed"], stub.received[-1]["top_p"]) == (7, 0.5)
 
 
+def test_requests_in_turn_share_a_kept_alive_connection(client, engines):
+    # Three requests to two engines: one engine gets two.
+    for i in range(3):
+        client.completions.create(model=MODEL, prompt=f"again {i}", max_tokens=2)
+    assert max(len(stub.peers) for stub, _ in engines.values()) >= 2
+    assert all(len(set(stub.peers)) <= 1 for stub, _ in engines.values())
+
+
 def test_an_engine_that_answers_503_is_passed_over_for_the_other(
     client, router, engines, tokenizer
 ):
@@ -154,7 +134,9 @@ def test_an_engine_that_answers_503_is_passed_over_for_the_other(
     failing.mode = "unavailable"
     # The healthy engine reports a long queue, so the router picks the failing one first.
     healthy.load = WorkerLoad(queued_prefill_tokens=1_000_000)
-    wait_until(lambda: probe(router).decode_worker == failing_id, what="the queue to be heard")
+    wait_until(
+        lambda: probe(router.target).decode_worker == failing_id, what="the queue to be heard"
+    )
     answer = client.completions.create(model=MODEL, prompt="question", max_tokens=3)
     assert answer.choices[0].text == tokenizer.decode(healthy.tokens[:3])
     (refused,) = failing.received
@@ -186,13 +168,13 @@ def test_a_client_gone_mid_stream_reaches_the_engine_and_closes_the_booking(
         stub.mode = "hold"
     stream = client.completions.create(model=MODEL, prompt="hold on", max_tokens=10, stream=True)
     next(iter(stream))
-    assert sum(booked(router).values()) == 1
+    assert sum(booked(router.target).values()) == 1
     stream.close()
     wait_until(
         lambda: sum(stub.disconnects for stub, _ in engines.values()) == 1,
         what="the engine to see the router leave",
     )
-    wait_until(lambda: not any(booked(router).values()), what="the booking to be closed")
+    wait_until(lambda: not any(booked(router.target).values()), what="the booking to be closed")
 
 
 def test_the_deadline_ends_a_hung_engine(tokenizer_dir, engines):
@@ -202,13 +184,15 @@ def test_the_deadline_ends_a_hung_engine(tokenizer_dir, engines):
     # A router of its own, whose requests' deadline (the front door sets
     # none) is short, where the module's router waits minutes.
     process = start_router(tokenizer_dir, "--proxy", "default_timeout_s=3")
-    registration = register(process, stub)
+    registration = register(process.target, stub)
     try:
         with front_door(process) as client, pytest.raises(openai.APIStatusError) as raised:
             client.completions.create(model=MODEL, prompt="are you there", max_tokens=3)
         assert raised.value.status_code == 504
         wait_until(lambda: stub.disconnects == 1, what="the hung engine to see the router leave")
-        wait_until(lambda: not any(booked(process).values()), what="the booking to be closed")
+        wait_until(
+            lambda: not any(booked(process.target).values()), what="the booking to be closed"
+        )
     finally:
         registration.stop_background()
         process.kill()
