@@ -92,11 +92,14 @@ async def read_stream(
 async def within(awaitable, idle_s: float, worker_id: int, deadline: Deadline, stage: str):
     """`awaitable`'s result, if the worker answers within `idle_s` and the
     request's deadline; a worker silent for longer is failed."""
-    timeout = min(idle_s, max(deadline.remaining(), 0.0))
+    remaining = max(deadline.remaining(), 0.0)
+    timeout = min(idle_s, remaining)
     try:
         return await asyncio.wait_for(awaitable, timeout)
     except TimeoutError:
-        if deadline.remaining() <= 0:
+        # Decided by which limit was set, not by the clock after: the loop
+        # may wake a timer a little early, with the deadline not yet passed.
+        if timeout >= remaining:
             raise RequestFailed(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"the request's deadline passed during {stage}",
