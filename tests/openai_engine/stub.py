@@ -1,11 +1,12 @@
 """An OpenAI-compatible engine for tests, serving `/v1/completions` for
 real on 127.0.0.1 (uvicorn, Starlette), on a loop and thread of its own. It
 streams its `tokens` as vLLM does with `return_token_ids`: one choice per
-token with `token_ids`, a last choice with the finish reason, a usage
-summary, then [DONE]. It records every body it receives, and can be told
-to fail: `mode` "unavailable" (503 before any token), "refuse" (400),
-"drop" (the connection cut after two tokens), "hang" (headers, then
-nothing) or "hold" (one token, then nothing until the client leaves)."""
+token with `token_ids` (the first with the prompt's `prompt_token_ids`), a
+last choice with the finish reason, a usage summary, then [DONE]. It
+records every body it receives, and can be told to fail: `mode`
+"unavailable" (503 before any token), "refuse" (400), "drop" (the
+connection cut after two tokens), "hang" (headers, then nothing) or "hold"
+(one token, then nothing until the client leaves)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,11 @@ class StubEngine:
             for i, token in enumerate(self.tokens[:count]):
                 if mode == "drop" and i == 2:
                     raise ConnectionAbortedError("the stub cuts the connection")
-                yield _event(_chunk(body, [token], None))
+                chunk = _chunk(body, [token], None)
+                if i == 0:
+                    # As vLLM does: the prompt's ids, once, in the first choice.
+                    chunk["choices"][0]["prompt_token_ids"] = body["prompt"]
+                yield _event(chunk)
                 if mode == "hold":
                     await asyncio.Event().wait()
             reason = "length" if count == body["max_tokens"] else "stop"

@@ -118,6 +118,16 @@ def test_answers_are_the_engines_tokens_and_it_gets_the_routers(client, engines,
     assert (stub.received[-1]["seed"], stub.received[-1]["top_p"]) == (7, 0.5)
 
 
+def test_a_long_prompt_whose_first_event_spans_many_reads(client, engines):
+    # The first event echoes the prompt's ids: some 200 KB of JSON, more
+    # than a line reader takes, read in many pieces.
+    prompt = [3 + i % 250 for i in range(40_000)]
+    answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=4)
+    (stub,) = [stub for stub, _ in engines.values() if stub.received]
+    assert stub.received[0]["prompt"] == prompt
+    assert answer.usage.completion_tokens == 4
+
+
 def test_requests_in_turn_share_a_kept_alive_connection(client, engines):
     # Three requests to two engines: one engine gets two.
     for i in range(3):
