@@ -41,13 +41,10 @@ MAX_ERROR_CHARS = 500
 
 def completion_body(request: gen.GenerateRequest, prompt: list[int]) -> dict:
     """The /v1/completions body for a GenerateRequest. Settings left at
-    their kvrouter "off" value (top_k 0, no seed, no stop ids) are left out,
-    so each engine applies its own default for them."""
+    their kvrouter "off" value (no model, top_k 0, no seed, no stop ids)
+    are left out, so each engine applies its own default for them."""
     sampling = request.sampling
-    model, _, adapter = request.model.partition(":")
     body = {
-        # vLLM serves a LoRA adapter under the adapter's own name.
-        "model": adapter or model,
         "prompt": prompt,
         "max_tokens": sampling.max_tokens,
         "temperature": sampling.temperature,
@@ -55,6 +52,10 @@ def completion_body(request: gen.GenerateRequest, prompt: list[int]) -> dict:
         "stream": True,
         "return_token_ids": True,
     }
+    if request.model:
+        # vLLM serves a LoRA adapter under the adapter's own name.
+        model, _, adapter = request.model.partition(":")
+        body["model"] = adapter or model
     if sampling.top_k:
         body["top_k"] = sampling.top_k
     if sampling.HasField("seed"):
