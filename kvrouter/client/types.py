@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from kvrouter.net.worker_protocol import KVROUTER
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -74,6 +76,8 @@ class WorkerInfo:
     queued_prefill_tokens: int
     active_decode_blocks: int
     active_requests: int
+    # What `address` speaks: "kvrouter" or "openai" (kvrouter.net.worker_protocol).
+    protocol: str = KVROUTER
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from kvrouter.client.convert import ROLE_VALUES, rpc_error
 from kvrouter.client.types import Registration, Unavailable, WorkerLoad
 from kvrouter.net.channels import CHANNEL_OPTIONS, aio_channel
 from kvrouter.net.credentials import Credentials
+from kvrouter.net.worker_protocol import KVROUTER, PROTOCOL_VALUES, check_address
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 
@@ -49,12 +50,14 @@ class WorkerRegistration:
         model: str = "",
         adapters: Sequence[str] = (),
         metadata: dict[str, str] | None = None,
+        protocol: str = KVROUTER,
         load: Callable[[], WorkerLoad | None] | None = None,
         timeout: float = 5.0,
         credentials: Credentials | None = None,
     ) -> None:
         if role not in ROLE_VALUES:
             raise ValueError(f"role must be one of {', '.join(ROLE_VALUES)}")
+        check_address(protocol, address)
         self.target = target
         self.role = role
         self.capacity_blocks = capacity_blocks
@@ -65,6 +68,9 @@ class WorkerRegistration:
         self.model = model
         self.adapters = tuple(adapters)
         self.metadata = dict(metadata or {})
+        # What `address` speaks: "kvrouter" (a kvrouter worker's gRPC
+        # address) or "openai" (an OpenAI-compatible server's base URL).
+        self.protocol = protocol
         self.load = load or WorkerLoad
         self.timeout = timeout
         self.credentials = credentials
@@ -102,6 +108,7 @@ class WorkerRegistration:
             model=self.model,
             adapters=self.adapters,
             metadata=self.metadata,
+            protocol=PROTOCOL_VALUES[self.protocol],
             registration_token=self.registration_token,
         )
         if self.worker_id is not None:

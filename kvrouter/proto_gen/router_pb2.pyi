@@ -23,6 +23,11 @@ class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROLE_DECODE: _ClassVar[Role]
     ROLE_BOTH: _ClassVar[Role]
 
+class WorkerProtocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WORKER_PROTOCOL_KVROUTER: _ClassVar[WorkerProtocol]
+    WORKER_PROTOCOL_OPENAI: _ClassVar[WorkerProtocol]
+
 class Tier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TIER_DEVICE: _ClassVar[Tier]
@@ -36,6 +41,8 @@ ROLE_UNSPECIFIED: Role
 ROLE_PREFILL: Role
 ROLE_DECODE: Role
 ROLE_BOTH: Role
+WORKER_PROTOCOL_KVROUTER: WorkerProtocol
+WORKER_PROTOCOL_OPENAI: WorkerProtocol
 TIER_DEVICE: Tier
 TIER_HOST: Tier
 TIER_DISK: Tier
@@ -147,7 +154,7 @@ class LifecycleAck(_message.Message):
     def __init__(self) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "registration_token", "model", "adapters")
+    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "registration_token", "model", "adapters", "protocol")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -164,6 +171,7 @@ class RegisterRequest(_message.Message):
     REGISTRATION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     role: Role
     address: str
@@ -173,7 +181,8 @@ class RegisterRequest(_message.Message):
     registration_token: int
     model: str
     adapters: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., registration_token: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ...) -> None: ...
+    protocol: WorkerProtocol
+    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., registration_token: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ..., protocol: _Optional[_Union[WorkerProtocol, str]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("worker_id", "heartbeat_interval_s", "heartbeat_ttl_s", "registration_token")
@@ -222,7 +231,7 @@ class ListWorkersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "routable", "seconds_since_heartbeat", "index_blocks", "next_event_seq", "queued_prefill_tokens", "active_decode_blocks", "active_requests", "model", "adapters")
+    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "routable", "seconds_since_heartbeat", "index_blocks", "next_event_seq", "queued_prefill_tokens", "active_decode_blocks", "active_requests", "model", "adapters", "protocol")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +254,7 @@ class WorkerInfo(_message.Message):
     ACTIVE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     role: Role
     address: str
@@ -260,7 +270,8 @@ class WorkerInfo(_message.Message):
     active_requests: int
     model: str
     adapters: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., routable: _Optional[bool] = ..., seconds_since_heartbeat: _Optional[float] = ..., index_blocks: _Optional[int] = ..., next_event_seq: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_requests: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ...) -> None: ...
+    protocol: WorkerProtocol
+    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., routable: _Optional[bool] = ..., seconds_since_heartbeat: _Optional[float] = ..., index_blocks: _Optional[int] = ..., next_event_seq: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_requests: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ..., protocol: _Optional[_Union[WorkerProtocol, str]] = ...) -> None: ...
 
 class ListWorkersResponse(_message.Message):
     __slots__ = ("workers",)

@@ -13,6 +13,15 @@ hanging:
 - D fails after tokens were sent: another decode worker continues from the
   prompt plus the tokens so far (greedy output is unchanged).
 
+A decode worker that is an OpenAI-compatible engine (vLLM, SGLang: it
+registered WORKER_PROTOCOL_OPENAI) generates the whole request over HTTP
+(openai_worker.py): a decision that names a prefill worker for it is run
+aggregated, the prefill booking released at once, and such engines are
+never sent a Prefill. Its failure before the first token moves the
+request to the next decode worker; after tokens were sent it ends the
+request (UNAVAILABLE): the engine's seeded sampling cannot be resumed
+elsewhere, so a continuation would not be the answer one engine gives.
+
 A failure the request caused (INVALID_ARGUMENT, FAILED_PRECONDITION: e.g.
 its sampling failed on the worker) ends it without trying another worker,
 and a worker that failed the same request twice is not sent it again
@@ -83,7 +92,9 @@ class ProxiedRequest:
 
     async def stream(self) -> AsyncIterator[gen.GenerateResponse]:
         handoff = None
-        if self.decision.disaggregated:
+        if self.decision.disaggregated and self.ctx.over_http(self.decode_worker):
+            self.ctx.policy.prefill_done(self.request_id)
+        elif self.decision.disaggregated:
             prefill = await self._prefill()
             self.ctx.policy.prefill_done(self.request_id)
             if prefill is not None:
@@ -105,7 +116,10 @@ class ProxiedRequest:
     async def _prefill(self) -> wpb.PrefillResponse | None:
         candidates = self.decision.explanation.prefill_candidates
         for worker_id, address in self._workers(
-            self.decision.prefill_worker, candidates, self.config.max_prefill_attempts
+            self.decision.prefill_worker,
+            candidates,
+            self.config.max_prefill_attempts,
+            prefill=True,
         ):
             self.prefill_worker = worker_id
             timeout = self.deadline.timeout(self.config.prefill_timeout_s, "prefill")
@@ -147,14 +161,16 @@ class ProxiedRequest:
             attempts += 1
             worker_id, address = target
             self.decode_worker = worker_id
-            use_handoff = handoff is not None and self.lease is not None
+            over_http = self.ctx.over_http(worker_id)
+            use_handoff = handoff is not None and self.lease is not None and not over_http
             stage = "decode" if use_handoff else "generate"
             try:
-                chunks = (
-                    self._decode_on(worker_id, address, handoff)
-                    if use_handoff
-                    else self._generate_on(worker_id, address)
-                )
+                if over_http:
+                    chunks = self._generate_over_http(worker_id, address)
+                elif use_handoff:
+                    chunks = self._decode_on(worker_id, address, handoff)
+                else:
+                    chunks = self._generate_on(worker_id, address)
                 async with aclosing(chunks):
                     async for chunk in chunks:
                         yield chunk
@@ -169,6 +185,12 @@ class ProxiedRequest:
                 self._release_lease()
             except WorkerFailure as f:
                 self._failed(f, stage)
+                if over_http and self.generated:
+                    raise RequestFailed(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"engine {worker_id} failed after {len(self.generated)} tokens: "
+                        f"{f.message}",
+                    ) from None
                 target = None
 
     def _next_decode(self, candidates, attempts: int) -> tuple[int, str]:
@@ -219,14 +241,20 @@ class ProxiedRequest:
         if stats.blocks_transferred:
             self.ctx.policy.report_transfer(stats.blocks_transferred, stats.transfer_ms)
 
-    async def _generate_on(self, worker_id, address) -> AsyncIterator[gen.GenerateResponse]:
+    def _attempt(self) -> gen.GenerateRequest:
+        """The request for the next worker: as it came, or, once tokens were
+        sent, a continuation: the prompt plus what the client already has."""
+        if not self.generated:
+            return self.request
         request = gen.GenerateRequest()
         request.CopyFrom(self.request)
-        if self.generated:
-            # A continuation: the prompt plus what the client already has.
-            request.ClearField("tokens_u32le")
-            request.tokens[:] = self.prompt + self.generated
-            request.sampling.max_tokens -= len(self.generated)
+        request.ClearField("tokens_u32le")
+        request.tokens[:] = self.prompt + self.generated
+        request.sampling.max_tokens -= len(self.generated)
+        return request
+
+    async def _generate_on(self, worker_id, address) -> AsyncIterator[gen.GenerateResponse]:
+        request = self._attempt()
         first_timeout = self.deadline.timeout(self.config.prefill_timeout_s, "generate")
         call = self.ctx.channels.stub(address).Generate(request, timeout=self.deadline.remaining())
         chunks_seen = 0
@@ -250,16 +278,36 @@ class ProxiedRequest:
                     return
         raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, "the stream ended early")
 
+    async def _generate_over_http(self, worker_id, address) -> AsyncIterator[gen.GenerateResponse]:
+        request = self._attempt()
+        tokens = self.ctx.engines.generate(
+            worker_id,
+            address,
+            request,
+            self.prompt + self.generated,
+            self.deadline,
+            first_token_s=self.deadline.timeout(self.config.prefill_timeout_s, "generate"),
+            token_gap_s=self.config.token_timeout_s,
+        )
+        async with aclosing(tokens):
+            async for token_ids, finish_reason in tokens:
+                yield self._chunk(token_ids, finish_reason)
+
     # -- helpers
 
-    def _workers(self, first, candidates, limit: int):
+    def _workers(self, first, candidates, limit: int, prefill: bool = False):
         """Up to `limit` (worker id, address) to try: the policy's choice, then
-        the other candidates by predicted cost; workers that failed recently go last."""
+        the other candidates by predicted cost; workers that failed recently go last.
+        A prefill is never sent to an engine over HTTP: it has no Prefill call."""
         ranked = sorted(candidates, key=lambda c: c.cost_ms)
         order = [first] if first is not None else []
         order += [c.worker_id for c in ranked if c.worker_id != first]
         skip = self.failed | self._tripped()
-        usable = [w for w in order if w not in skip and self.ctx.address(w)]
+        usable = [
+            w
+            for w in order
+            if w not in skip and self.ctx.address(w) and not (prefill and self.ctx.over_http(w))
+        ]
         usable.sort(key=self.ctx.cooling_down)
         for worker_id in usable[:limit]:
             yield worker_id, self.ctx.address(worker_id)

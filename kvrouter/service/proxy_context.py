@@ -1,6 +1,7 @@
-"""What every proxied request shares: channels to the workers, the worker
-table, the policy, recent worker failures (and those per request: the
-breaker) and fire-and-forget releases."""
+"""What every proxied request shares: channels to the workers, the HTTP
+client for OpenAI-compatible engines, the worker table, the policy, recent
+worker failures (and those per request: the breaker) and fire-and-forget
+releases."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import grpc
 
 from kvrouter.net.credentials import Credentials
 from kvrouter.net.worker_channels import WorkerChannels
+from kvrouter.net.worker_protocol import OPENAI
 from kvrouter.policy import Router
 from kvrouter.proto_gen import worker_pb2 as wpb
 from kvrouter.service.breaker import RequestBreaker
+from kvrouter.service.openai_worker import EngineClient
 from kvrouter.service.proxy_config import ProxyConfig
 from kvrouter.service.workers import WorkerTable
 
@@ -29,12 +32,17 @@ class ProxyContext:
         self.workers = workers
         self.config = config
         self.channels = WorkerChannels(credentials)
+        self.engines = EngineClient(credentials)
         self._cooldown: dict[int, float] = {}
         self.breaker = RequestBreaker(config.breaker_trip_after, config.breaker_max_requests)
         self._background: set[asyncio.Task] = set()
 
     def address(self, worker_id: int) -> str:
         return self.workers.address(worker_id)
+
+    def over_http(self, worker_id: int) -> bool:
+        """Whether the worker is an OpenAI-compatible engine (openai_worker.py)."""
+        return self.workers.protocol(worker_id) == OPENAI
 
     def cool_down(self, worker_id: int) -> None:
         self._cooldown[worker_id] = time.monotonic() + self.config.failure_cooldown_s
@@ -77,3 +85,4 @@ class ProxyContext:
         if self._background:
             await asyncio.wait(list(self._background), timeout=self.config.release_timeout_s)
         await self.channels.close()
+        await self.engines.close()

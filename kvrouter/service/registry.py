@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from kvrouter.net.worker_protocol import PROTOCOL_NAMES, PROTOCOL_VALUES
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 from kvrouter.service.config import ServiceConfig
@@ -24,6 +25,9 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
             role = ROLE_NAMES.get(request.role)
             if role is None:
                 raise invalid("role must be ROLE_PREFILL, ROLE_DECODE or ROLE_BOTH")
+            protocol = PROTOCOL_NAMES.get(request.protocol)
+            if protocol is None:
+                raise invalid("protocol must be WORKER_PROTOCOL_KVROUTER or WORKER_PROTOCOL_OPENAI")
             worker_id = (
                 request.worker_id if request.HasField("worker_id") else self.workers.next_id()
             )
@@ -35,6 +39,7 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
                 capacity_blocks=request.capacity_blocks,
                 model=request.model,
                 adapters=tuple(request.adapters),
+                protocol=protocol,
                 metadata=dict(request.metadata),
             )
             token = self.workers.register(record, request.registration_token)
@@ -85,6 +90,7 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
                     metadata=r.metadata,
                     model=r.model,
                     adapters=r.adapters,
+                    protocol=PROTOCOL_VALUES[r.protocol],
                     routable=not r.stale,
                     seconds_since_heartbeat=now - r.last_heartbeat,
                     index_blocks=blocks,

@@ -78,18 +78,8 @@ async def read_stream(
     caller decides what early means)."""
     try:
         while True:
-            timeout = min(idle_s(), max(deadline.remaining(), 0.0))
             try:
-                message = await asyncio.wait_for(call.read(), timeout)
-            except TimeoutError:
-                if deadline.remaining() <= 0:
-                    raise RequestFailed(
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                        f"the request's deadline passed during {stage}",
-                    ) from None
-                raise WorkerFailure(
-                    worker_id, grpc.StatusCode.DEADLINE_EXCEEDED, f"silent for {timeout:.1f}s"
-                ) from None
+                message = await within(call.read(), idle_s(), worker_id, deadline, stage)
             except grpc.RpcError as e:
                 raise failure(worker_id, e, deadline, stage) from None
             if message is grpc.aio.EOF:
@@ -97,3 +87,23 @@ async def read_stream(
             yield message
     finally:
         call.cancel()
+
+
+async def within(awaitable, idle_s: float, worker_id: int, deadline: Deadline, stage: str):
+    """`awaitable`'s result, if the worker answers within `idle_s` and the
+    request's deadline; a worker silent for longer is failed."""
+    remaining = max(deadline.remaining(), 0.0)
+    timeout = min(idle_s, remaining)
+    try:
+        return await asyncio.wait_for(awaitable, timeout)
+    except TimeoutError:
+        # Decided by which limit was set, not by the clock after: the loop
+        # may wake a timer a little early, with the deadline not yet passed.
+        if timeout >= remaining:
+            raise RequestFailed(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the request's deadline passed during {stage}",
+            ) from None
+        raise WorkerFailure(
+            worker_id, grpc.StatusCode.DEADLINE_EXCEEDED, f"silent for {timeout:.1f}s"
+        ) from None

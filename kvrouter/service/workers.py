@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from kvrouter._core import ADAPTER_SEPARATOR, PrefixIndex
+from kvrouter.net.worker_protocol import KVROUTER, check_address
 from kvrouter.policy import Router
 from kvrouter.roles import ROLES
 from kvrouter.service.convert import check_model
@@ -44,6 +45,8 @@ class WorkerRecord:
     # none), and the adapters it serves on it.
     model: str = ""
     adapters: tuple[str, ...] = ()
+    # What `address` speaks (kvrouter.net.worker_protocol).
+    protocol: str = KVROUTER
     metadata: dict[str, str] = field(default_factory=dict)
     last_heartbeat: float = field(default_factory=time.monotonic)
     stale: bool = False
@@ -96,6 +99,10 @@ class WorkerTable:
     def role(self, worker_id: int) -> str:
         record = self._workers.get(worker_id)
         return record.role if record is not None else ""
+
+    def protocol(self, worker_id: int) -> str:
+        record = self._workers.get(worker_id)
+        return record.protocol if record is not None else ""
 
     @property
     def next_unused_id(self) -> int:
@@ -157,6 +164,7 @@ class WorkerTable:
                     "worker_id": record.worker_id,
                     "role": record.role,
                     "address": record.address,
+                    "protocol": record.protocol,
                     "model": record.model,
                 }
             },
@@ -218,6 +226,10 @@ def _check_size(record: WorkerRecord) -> None:
         raise invalid(
             f"address is {len(record.address)} characters; the limit is {MAX_ADDRESS_CHARS}"
         )
+    try:
+        check_address(record.protocol, record.address)
+    except ValueError as e:
+        raise invalid(str(e)) from None
     if len(record.metadata) > MAX_METADATA_ENTRIES:
         raise invalid(
             f"metadata has {len(record.metadata)} entries; the limit is {MAX_METADATA_ENTRIES}"

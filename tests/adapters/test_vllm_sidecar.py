@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from kvrouter.adapters.vllm.sidecar import VllmSidecar
 from kvrouter.client import AsyncRouterClient
 from kvrouter.service import RouterServer, ServiceConfig
@@ -30,6 +33,8 @@ def test_the_router_service_routes_by_the_engines_events(farm):
         target = f"127.0.0.1:{server.port}"
         try:
             async with VllmSidecar(target, [a, b]), AsyncRouterClient(target) as client:
+                listed = {w.worker_id: w.protocol for w in await client.list_workers()}
+                assert listed == {a.worker_ids[0]: "openai", b.worker_ids[0]: "openai"}
                 pub_a.publish([vs.stored("map", hasher.hashes(on_a), on_a)])
                 pub_b.publish([vs.stored("positional", hasher.hashes(on_b), on_b)])
                 for engine, tokens in ((a, on_a), (b, on_b)):
@@ -53,3 +58,21 @@ def test_the_router_service_routes_by_the_engines_events(farm):
                 await http.stop()
 
     run(scenario())
+
+
+def test_the_sidecar_refuses_an_engine_address_that_is_not_a_url(tmp_path):
+    engines = tmp_path / "engines.toml"
+    engines.write_text(
+        '[[engines]]\nname = "llama-a"\nendpoint = "tcp://127.0.0.1:5557"\n'
+        'address = "10.0.0.5:8000"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "kvrouter.cli", "sidecar", "--router", "127.0.0.1:1", str(engines)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("kvrouter sidecar: engine llama-a: ")
+    assert "base URL" in line

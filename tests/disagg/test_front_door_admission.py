@@ -241,7 +241,13 @@ def test_a_sessions_turns_stay_on_its_first_workers(front_door, client, how):
     (idle_choice,) = decode_workers(cluster, [complete(f"{how}: no session")])
     busy = client.completions.create(model=MODEL, prompt=f"{how}: busy", **HOLD)
     next(iter(busy))
-    (first,) = decode_workers(cluster, [complete(f"{how}: turn 0", **session)])
+    # Paused, the busy worker cannot finish the request before turn 0 is routed.
+    paused = cluster.workers[idle_choice]
+    os.kill(paused.pid, signal.SIGSTOP)
+    try:
+        (first,) = decode_workers(cluster, [complete(f"{how}: turn 0", **session)])
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
     busy.close()
     wait_until(lambda: all_idle(cluster), what="the busy request to end")
     assert first != idle_choice

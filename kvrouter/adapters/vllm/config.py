@@ -39,9 +39,10 @@ class EngineConfig:
     data_parallel_size: int = 1
     worker_ids: tuple[int, ...] = ()
     role: str = "both"
-    # Where clients send the engine's requests (its OpenAI server), as the
-    # router reports it with each decision. Set, its /health and /metrics
-    # are probed: heartbeats carry its load, and stop while it fails.
+    # The engine's OpenAI-compatible server, its base URL: the router sends
+    # it proxied requests there, and reports it with each decision; the
+    # sidecar probes its /health and /metrics (heartbeats carry its load,
+    # and stop while it fails). The sidecar requires it.
     address: str = ""
     probe_interval_s: float = 0.5
     probe_timeout_s: float = 1.0

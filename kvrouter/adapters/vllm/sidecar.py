@@ -2,7 +2,9 @@
 
 It runs next to the engines, subscribes to their ZMQ sockets on loopback,
 registers each DP rank with the router as a worker (with heartbeats) and
-forwards the events over the router's KvEvents stream. The engines need no
+forwards the events over the router's KvEvents stream. Each worker speaks
+the OpenAI protocol at the engine's `address`, its base URL: the router's
+proxied generation reaches the engine there over HTTP. The engines need no
 change and the router no ZMQ access to them:
 
     kvrouter sidecar --router 10.0.0.1:50051 engines.toml
@@ -25,6 +27,7 @@ from kvrouter.adapters.vllm.subscriber import EngineSubscriber
 from kvrouter.client import WorkerRegistration
 from kvrouter.client.event_stream import GrpcEventTransport
 from kvrouter.events import EventPublisher, WorkerBatch
+from kvrouter.net.worker_protocol import OPENAI, check_address
 
 
 class PublisherSink:
@@ -67,6 +70,11 @@ class VllmSidecar:
         if nats is None and len(self.routers) > 1:
             # Replicas refuse events over gRPC: they all read them from the stream.
             raise ValueError("several routers are replicas: publish to their stream (--nats)")
+        for engine in engines:
+            try:
+                check_address(OPENAI, engine.address)
+            except ValueError as e:
+                raise ValueError(f"engine {engine.name}: {e}") from None
         self.engines = engines
         self.block_size = block_size
         self.nats = nats
@@ -79,16 +87,15 @@ class VllmSidecar:
     async def start(self) -> None:
         try:
             for engine in self.engines:
-                if engine.address:
-                    probe = EngineProbe(
-                        engine.name,
-                        engine.address,
-                        engine.capacity_blocks,
-                        interval_s=engine.probe_interval_s,
-                        timeout_s=engine.probe_timeout_s,
-                    )
-                    self.probes[engine.name] = probe
-                    await probe.start()
+                probe = EngineProbe(
+                    engine.name,
+                    engine.address,
+                    engine.capacity_blocks,
+                    interval_s=engine.probe_interval_s,
+                    timeout_s=engine.probe_timeout_s,
+                )
+                self.probes[engine.name] = probe
+                await probe.start()
             for router in self.routers:
                 await self._register(router)
             if self.nats is None:
@@ -114,6 +121,7 @@ class VllmSidecar:
                     adapters=engine.adapters,
                     metadata={"engine": engine.name, "dp_rank": str(stream.dp_rank)},
                     load=self._load(engine, stream.dp_rank),
+                    protocol=OPENAI,
                 )
                 await registration.start(wait_for_router=True)
                 self.registrations.append(registration)
@@ -121,9 +129,7 @@ class VllmSidecar:
     def _load(self, engine: EngineConfig, dp_rank: int):
         """A rank's heartbeat load: its engine's probed load, or None (no
         heartbeat) while the engine fails its probes."""
-        probe = self.probes.get(engine.name)
-        if probe is None:
-            return None
+        probe = self.probes[engine.name]
         # A probe older than one probe interval (plus its timeout) is stale.
         fresh_s = engine.probe_interval_s + engine.probe_timeout_s
         return lambda: probe.load_for(dp_rank, fresh_s)

@@ -21,7 +21,9 @@ class _Server(uvicorn.Server):
 
 
 class HttpServer:
-    def __init__(self, app, listen: str, *, on_stopped: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self, app, listen: str, *, on_stopped: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         """Binds `listen` (`HOST:PORT`, checked; an IPv6 host in brackets);
         OSError when it cannot. `on_stopped` runs once the server is down."""
         self._on_stopped = on_stopped
@@ -52,4 +54,5 @@ class HttpServer:
         self._server.should_exit = True
         if self._task is not None:
             await self._task
-        await self._on_stopped()
+        if self._on_stopped is not None:
+            await self._on_stopped()

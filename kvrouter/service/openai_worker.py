@@ -1,0 +1,292 @@
+"""Generation on an OpenAI-compatible engine (vLLM, SGLang) over HTTP: the
+router's token ids go to `{address}/v1/completions` as the prompt, so the
+engine computes on exactly the tokens the router hashed, and the streamed
+choices' `token_ids` (asked for with `return_token_ids`) come back as the
+request's tokens.
+
+Failures sort as for kvrouter workers (worker_calls.py): no connection, a
+5xx, a 429, an error event or a silent engine is a WorkerFailure (another
+worker may take the request); a 4xx is the request's own fault
+(INVALID_ARGUMENT). Every step is bounded by the request's deadline: the
+connection and the response headers by the first token's limit, each read
+by the gap allowed between tokens. Closing the stream closes the
+connection, which the engine takes as the client leaving and aborts.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+
+import aiohttp
+import grpc
+
+from kvrouter.net.credentials import Credentials
+from kvrouter.proto_gen import generation_pb2 as gen
+from kvrouter.sampling_rules import wire_top_p
+from kvrouter.service.worker_calls import Deadline, RequestFailed, WorkerFailure, within
+
+FINISH_REASONS = {"stop": gen.FINISH_REASON_STOP, "length": gen.FINISH_REASON_LENGTH}
+MAX_TOKEN_ID = 2**32 - 1
+# What one SSE event may hold beyond the prompt's token ids, which vLLM
+# echoes in the first (`prompt_token_ids`): a token id is at most 11 bytes
+# of JSON with its separator.
+EVENT_BYTES_PER_TOKEN = 12
+EVENT_BYTES_SLACK = 1 << 20
+# Of an engine's error body, what goes into the request's error message.
+MAX_ERROR_CHARS = 500
+
+
+def completion_body(request: gen.GenerateRequest, prompt: list[int]) -> dict:
+    """The /v1/completions body for a GenerateRequest. Settings left at
+    their kvrouter "off" value (no model, top_k 0, no seed, no stop ids)
+    are left out, so each engine applies its own default for them."""
+    sampling = request.sampling
+    body = {
+        "prompt": prompt,
+        "max_tokens": sampling.max_tokens,
+        "temperature": sampling.temperature,
+        "top_p": wire_top_p(sampling.top_p),
+        "stream": True,
+        "return_token_ids": True,
+    }
+    if request.model:
+        # vLLM serves a LoRA adapter under the adapter's own name.
+        model, _, adapter = request.model.partition(":")
+        body["model"] = adapter or model
+    if sampling.top_k:
+        body["top_k"] = sampling.top_k
+    if sampling.HasField("seed"):
+        body["seed"] = sampling.seed
+    if sampling.stop_token_ids:
+        body["stop_token_ids"] = list(sampling.stop_token_ids)
+    if sampling.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+class EngineClient:
+    """The router's one HTTP client for every engine, keeping connections
+    alive between requests. It presents the workers' bearer token
+    (`worker_token_file`, as vLLM's `--api-key` expects) and trusts
+    `worker_ca_file` for https engines."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self._headers = (
+            {"Authorization": f"Bearer {credentials.token}"} if credentials.token else {}
+        )
+        self._ssl: ssl.SSLContext | bool = True
+        if credentials.root_certificates is not None:
+            self._ssl = ssl.create_default_context(
+                cadata=credentials.root_certificates.decode("ascii")
+            )
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        # Made on first use: a session belongs to the loop that is running then.
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, ssl=self._ssl),
+                timeout=aiohttp.ClientTimeout(total=None),
+                headers=self._headers,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def generate(
+        self,
+        worker_id: int,
+        address: str,
+        request: gen.GenerateRequest,
+        prompt: list[int],
+        deadline: Deadline,
+        *,
+        first_token_s: float,
+        token_gap_s: float,
+    ) -> AsyncIterator[tuple[list[int], int]]:
+        """(token ids, finish reason) per streamed choice, the last with its
+        finish reason set."""
+        url = address.rstrip("/") + "/v1/completions"
+        post = self._client().post(
+            url,
+            json=completion_body(request, prompt),
+            headers={"X-Request-Id": request.request_id},
+        )
+        try:
+            response = await within(post, first_token_s, worker_id, deadline, "generate")
+        except (aiohttp.ClientError, OSError) as e:
+            raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
+        finished = False
+        try:
+            if response.status != 200:
+                raise await _refusal(worker_id, response)
+            tokens_seen = False
+            events = _events(
+                response,
+                len(prompt),
+                lambda: token_gap_s if tokens_seen else first_token_s,
+                worker_id,
+                deadline,
+            )
+            last = None
+            try:
+                async with aclosing(events):
+                    async for event in events:
+                        if event == "[DONE]":
+                            break
+                        parsed = None if last else _choice(worker_id, event)
+                        if parsed is None:
+                            continue  # no choice, or a usage summary after the last
+                        tokens, finish = parsed
+                        if finish:
+                            # Held until the stream ends, so that its connection is kept.
+                            last = parsed
+                        elif tokens:
+                            tokens_seen = True
+                            yield tokens, 0
+            except (WorkerFailure, RequestFailed):
+                if last is None:
+                    raise
+            if last is None:
+                raise WorkerFailure(
+                    worker_id, grpc.StatusCode.UNAVAILABLE, "the stream ended before a finish"
+                )
+            finished = True
+            yield last
+        finally:
+            # A request left unfinished closes its connection: the engine
+            # sees the client leave and aborts it.
+            if finished:
+                response.release()
+            else:
+                response.close()
+
+
+async def _events(
+    response: aiohttp.ClientResponse,
+    prompt_tokens: int,
+    idle_s: Callable[[], float],
+    worker_id: int,
+    deadline: Deadline,
+) -> AsyncIterator[str]:
+    """The body's server-sent events' data, each read within `idle_s()`."""
+    parser = ServerSentEvents(prompt_tokens * EVENT_BYTES_PER_TOKEN + EVENT_BYTES_SLACK)
+    while True:
+        try:
+            data = await within(
+                response.content.readany(), idle_s(), worker_id, deadline, "generate"
+            )
+        except (aiohttp.ClientError, OSError) as e:
+            raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
+        if not data:
+            return
+        for event in parser.feed(data, worker_id):
+            yield event
+
+
+class ServerSentEvents:
+    """The `data` of each server-sent event, from the body's bytes as they
+    arrive (an event may span reads, a read hold several events). At most
+    `limit` bytes wait for an event's end."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._buffer = bytearray()
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes, worker_id: int) -> list[str]:
+        self._buffer += chunk
+        events = []
+        start = 0
+        while (end := self._buffer.find(b"\n", start)) >= 0:
+            line = bytes(self._buffer[start:end]).rstrip(b"\r")
+            start = end + 1
+            if not line:
+                if self._data:
+                    events.append(b"\n".join(self._data).decode())
+                    self._data = []
+            elif line.startswith(b"data:"):
+                value = line[5:]
+                self._data.append(value[1:] if value.startswith(b" ") else value)
+            # Other fields (event, id, retry) and comments say nothing we use.
+        del self._buffer[:start]
+        if len(self._buffer) + sum(map(len, self._data)) > self.limit:
+            raise WorkerFailure(
+                worker_id,
+                grpc.StatusCode.UNAVAILABLE,
+                f"a streamed event is longer than {self.limit} bytes",
+            )
+        return events
+
+
+def _choice(worker_id: int, event: str) -> tuple[list[int], int] | None:
+    """The first choice's new tokens and finish reason; None for an event
+    with no choice (a usage summary)."""
+    try:
+        payload = json.loads(event)
+    except ValueError:
+        raise WorkerFailure(
+            worker_id, grpc.StatusCode.UNAVAILABLE, f"unreadable event {event[:80]!r}"
+        ) from None
+    if not isinstance(payload, dict):
+        raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, "an event is not an object")
+    if "error" in payload:
+        error = payload["error"]
+        message = error.get("message", "") if isinstance(error, dict) else str(error)
+        detail = f"the engine failed: {message}"[:MAX_ERROR_CHARS]
+        raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, detail)
+    choices = payload.get("choices") or []
+    if not choices:
+        return None
+    choice = choices[0]
+    tokens = choice.get("token_ids")
+    if tokens is None:
+        if not choice.get("text") and choice.get("finish_reason") is None:
+            return None
+        raise WorkerFailure(
+            worker_id,
+            grpc.StatusCode.UNAVAILABLE,
+            "the engine streams no token_ids: it needs return_token_ids "
+            "(vLLM 0.10.2 or later, SGLang with return_token_ids)",
+        )
+    if not isinstance(tokens, list) or not all(
+        type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in tokens
+    ):
+        raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, "token_ids are not token ids")
+    reason = choice.get("finish_reason")
+    if reason is None:
+        return tokens, 0
+    if reason not in FINISH_REASONS:
+        raise WorkerFailure(
+            worker_id, grpc.StatusCode.UNAVAILABLE, f"the engine ended the request: {reason}"
+        )
+    return tokens, FINISH_REASONS[reason]
+
+
+async def _refusal(worker_id: int, response: aiohttp.ClientResponse) -> Exception:
+    """A non-200 answer as the failure it is: the request's own (4xx, not
+    retried) or the engine's (5xx, and 429: overloaded)."""
+    try:
+        text = await response.text()
+    except (aiohttp.ClientError, OSError, UnicodeDecodeError) as e:
+        text = _describe(e)
+    try:
+        detail = str(json.loads(text)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        detail = text
+    message = f"HTTP {response.status}: {detail[:MAX_ERROR_CHARS]}"
+    if 400 <= response.status < 500 and response.status != 429:
+        return RequestFailed(
+            grpc.StatusCode.INVALID_ARGUMENT, f"the engine refused the request: {message}"
+        )
+    return WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, message)
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

@@ -1,0 +1,106 @@
+"""An OpenAI-compatible engine for tests, serving `/v1/completions` for
+real on 127.0.0.1 (uvicorn, Starlette), on a loop and thread of its own. It
+streams its `tokens` as vLLM does with `return_token_ids`: one choice per
+token with `token_ids` (the first with the prompt's `prompt_token_ids`), a
+last choice with the finish reason, a usage summary, then [DONE]. It
+records every body it receives, and can be told to fail: `mode`
+"unavailable" (503 before any token), "refuse" (400), "drop" (the
+connection cut after two tokens), "hang" (headers, then nothing) or "hold"
+(one token, then nothing until the client leaves)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from kvrouter.client import WorkerLoad
+from kvrouter.service.openai.http_server import HttpServer
+
+
+class StubEngine:
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens = tokens
+        self.mode = "ok"
+        self.received: list[dict] = []
+        # The client address (host, port) of each request.
+        self.peers: list[tuple[str, int]] = []
+        # Streams that ended with the client gone before the last event.
+        self.disconnects = 0
+        # What its registration's heartbeats report.
+        self.load = WorkerLoad()
+        self._loop = asyncio.new_event_loop()
+        app = Starlette(routes=[Route("/v1/completions", self._complete, methods=["POST"])])
+        self._server = HttpServer(app, "127.0.0.1:0")
+        # Each event goes out as it is written, as a real engine's do.
+        self._server.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.url = f"http://127.0.0.1:{self._server.port}"
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def start(self) -> StubEngine:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._server.start(), self._loop).result(30)
+        return self
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._server.stop(1.0), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+
+    async def _complete(self, request: Request):
+        body = await request.json()
+        self.received.append(body)
+        self.peers.append(tuple(request.client))
+        if self.mode == "unavailable":
+            error = {"error": {"message": "the engine is overloaded", "code": 503}}
+            return JSONResponse(error, status_code=503)
+        if self.mode == "refuse":
+            error = {"error": {"message": "max_tokens is too large", "code": 400}}
+            return JSONResponse(error, status_code=400)
+        return StreamingResponse(self._events(body), media_type="text/event-stream")
+
+    async def _events(self, body: dict):
+        mode, finished = self.mode, False
+        try:
+            if mode == "hang":
+                await asyncio.Event().wait()
+            count = min(body["max_tokens"], len(self.tokens))
+            for i, token in enumerate(self.tokens[:count]):
+                if mode == "drop" and i == 2:
+                    raise ConnectionAbortedError("the stub cuts the connection")
+                chunk = _chunk(body, [token], None)
+                if i == 0:
+                    # As vLLM does: the prompt's ids, once, in the first choice.
+                    chunk["choices"][0]["prompt_token_ids"] = body["prompt"]
+                yield _event(chunk)
+                if mode == "hold":
+                    await asyncio.Event().wait()
+            reason = "length" if count == body["max_tokens"] else "stop"
+            yield _event(_chunk(body, [], reason))
+            usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": count}
+            yield _event({**_chunk(body, [], None), "choices": [], "usage": usage})
+            yield b"data: [DONE]\n\n"
+            finished = True
+        finally:
+            if not finished and mode != "drop":
+                self.disconnects += 1
+
+
+def _chunk(body: dict, tokens: list[int], finish_reason: str | None) -> dict:
+    choice = {"index": 0, "text": "", "token_ids": tokens, "finish_reason": finish_reason}
+    return {
+        "id": "cmpl-stub",
+        "object": "text_completion",
+        "model": body["model"],
+        "choices": [choice],
+    }
+
+
+def _event(obj: dict) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
