@@ -336,6 +336,7 @@ def profile(args, leg: Leg, body: Path, out: Path) -> dict:
     py_spy = args.py_spy or shutil.which("py-spy")
     if py_spy is None:
         raise LegUnavailable("no py-spy (pip install py-spy; --py-spy PATH)")
+    log = (leg.logs / "py-spy.log").open("w")
     record = subprocess.Popen(
         [
             py_spy,
@@ -343,7 +344,7 @@ def profile(args, leg: Leg, body: Path, out: Path) -> dict:
             "--pid",
             str(leg.process.pid),
             "--duration",
-            str(args.seconds),
+            str(round(args.seconds)),
             "--rate",
             "250",
             "--format",
@@ -352,12 +353,13 @@ def profile(args, leg: Leg, body: Path, out: Path) -> dict:
             str(out),
             "--nonblocking",
         ],
-        stdout=subprocess.DEVNULL,
+        stdout=log,
         stderr=subprocess.STDOUT,
     )
     time.sleep(1)
     oha(args, leg.url, body, seconds=args.seconds, concurrency=max(args.max_concurrency))
-    record.wait(timeout=60)
+    if record.wait(timeout=60) != 0:
+        raise LegUnavailable(f"py-spy failed: see {leg.logs / 'py-spy.log'}")
     return summarize(out.read_text())
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-# Checked in order; the first that names a frame's file owns it.
+# Checked in order; the first whose marker is in a frame ("function (file:line)") owns it.
 PARTS = (
     ("tokenize", ("kvrouter/frontend/tokenizer.py", "tokenizers/")),
     (
@@ -22,7 +22,10 @@ PARTS = (
     ("SSE encode (completion chunks)", ("kvrouter/service/openai/completion.py",)),
     ("request parse and checks (front door)", ("kvrouter/service/openai/",)),
     ("HTTP server (uvicorn, starlette)", ("uvicorn/", "starlette/", "httptools/")),
-    ("HTTP client", ("aiohttp/", "httpx/", "httpcore/", "h11/", "yarl/", "multidict/")),
+    (
+        "HTTP client (to the engine, and its SSE parse)",
+        ("kvrouter/service/openai_worker.py", "aiohttp/", "yarl/", "multidict/"),
+    ),
     (
         "routing",
         (
@@ -33,15 +36,20 @@ PARTS = (
         ),
     ),
     ("gRPC", ("grpc/",)),
+    # The router's own frame under uvloop's run: the loop's native work
+    # (polling, socket reads and writes) shows as time in it.
+    ("event loop (uvloop, socket I/O)", ("run (kvrouter/service/server.py",)),
     ("kvrouter, other", ("kvrouter/",)),
+    # Pool threads between jobs: the front door's executor runs the tokenizer.
+    ("thread pool hand-off", ("concurrent/futures/thread.py",)),
 )
 STDLIB = "event loop and standard library"
 FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
 
-def _owner(file: str) -> str | None:
+def _owner(frame: str) -> str | None:
     for part, markers in PARTS:
-        if any(marker in file for marker in markers):
+        if any(marker in frame for marker in markers):
             return part
     return None
 
@@ -69,7 +77,7 @@ def summarize(raw: str, top: int = 15) -> dict:
             match = FRAME.match(frame)
             if match is None:
                 continue
-            part = _owner(match["file"])
+            part = _owner(frame)
             if part is not None:
                 owner, owned_by = part, f"{match['function']} ({_short(match['file'])})"
                 break
