@@ -26,7 +26,7 @@ the share of samples in each part of the front door is reported.
 
 Prints one table and writes bench/results/router_overhead.json.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/router_overhead.py --router-venv /work/router-venv
+    PYTHONPATH=$PWD .venv/bin/python bench/router_overhead.py --router-venv ~/router-venv --profile
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ class Leg:
         return self
 
     def _rust_router(self, port: int) -> list[str]:
-        venv = Path(self.args.router_venv)
+        venv = self.args.router_venv
         common = [
             "--host",
             "127.0.0.1",
@@ -435,7 +435,8 @@ def run(args) -> dict:
                         results[name].update(measure(args, phase, leg, body, rate, work))
                 except (LegUnavailable, subprocess.CalledProcessError) as e:
                     results[name] = {"error": str(e)}
-                print(f"{phase} {name}: {results[name]}", flush=True)
+                done = {k: v for k, v in results[name].items() if k.startswith((phase, "error"))}
+                print(f"{phase} {name}: {done}", flush=True)
     finally:
         stop(backend)
     return {
@@ -516,7 +517,7 @@ def table(report: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--legs", nargs="+", choices=LEGS, default=list(LEGS))
-    parser.add_argument("--router-venv", default="/work/router-venv")
+    parser.add_argument("--router-venv", type=Path, default=Path.home() / "router-venv")
     parser.add_argument("--oha", default=shutil.which("oha") or "oha")
     parser.add_argument("--py-spy", help="py-spy binary (default: on PATH)")
     parser.add_argument("--profile", action="store_true", help="py-spy the kvrouter leg")
