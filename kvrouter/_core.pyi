@@ -492,6 +492,9 @@ class Router:
     def coefficients(self) -> dict[str, float]: ...
     def load(self, worker_id: int) -> tuple[int, int, int]:
         """(queued prefill tokens, active decode blocks, active requests) as scored."""
+    def backlog_ms(self, model: str = "") -> float | None:
+        """Predicted ms of prefill queued on the least loaded healthy worker of
+        `model`; None when none is healthy. Raises UnknownModel."""
     def route(
         self,
         request_id: str,

@@ -3,7 +3,12 @@ alive with heartbeats carrying its load. If the router forgets the worker
 (it restarted, or the worker's heartbeats lapsed) the next heartbeat
 registers it again under the same id, with its registration token: if another
 process registered that id meanwhile, the router refuses, and this worker
-keeps retrying rather than take the newer one's place."""
+keeps retrying rather than take the newer one's place.
+
+`load` gives each heartbeat's figures; None skips the heartbeat, for a
+worker that cannot serve now (an engine failing its health probe): the
+router then drops it once its heartbeat TTL passes, and the next heartbeat
+after that registers it again."""
 
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ class WorkerRegistration:
         model: str = "",
         adapters: Sequence[str] = (),
         metadata: dict[str, str] | None = None,
-        load: Callable[[], WorkerLoad] | None = None,
+        load: Callable[[], WorkerLoad | None] | None = None,
         timeout: float = 5.0,
         credentials: Credentials | None = None,
     ) -> None:
@@ -133,6 +138,8 @@ class WorkerRegistration:
         while True:
             await asyncio.sleep(self.registration.heartbeat_interval_s)
             load = self.load()
+            if load is None:
+                continue
             request = pb.HeartbeatRequest(
                 worker_id=self.worker_id,
                 queued_prefill_tokens=load.queued_prefill_tokens,

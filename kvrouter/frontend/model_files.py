@@ -1,8 +1,9 @@
 """What a model directory says about its tokenizer, read as transformers
 reads it: tokenizer.json, the special tokens and chat templates of
 tokenizer_config.json, chat_template.jinja and additional_chat_templates/
-(which take priority over the config's templates), and generation_config.json's
-eos ids."""
+(which take priority over the config's templates), generation_config.json's
+eos ids, and the context length: config.json's max_position_embeddings, as
+vLLM takes it, else tokenizer_config.json's model_max_length."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ SPECIAL_TOKEN_NAMES = (
     "mask_token",
 )
 DEFAULT_TEMPLATE = "default"
+# transformers writes a huge model_max_length (1e30) when it knows none.
+MAX_CREDIBLE_CONTEXT = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,8 @@ class TokenizerFiles:
     eos_token_ids: tuple[int, ...]
     # Chat templates by name; a single template is named "default".
     chat_templates: dict[str, str]
+    # Prompt and completion tokens the model takes together; None: unknown.
+    max_model_len: int | None
 
 
 def read_tokenizer_files(directory: str | Path) -> TokenizerFiles:
@@ -59,7 +64,18 @@ def read_tokenizer_files(directory: str | Path) -> TokenizerFiles:
         special_tokens=special_tokens,
         eos_token_ids=eos_token_ids,
         chat_templates=_template_files(directory) or _config_templates(config),
+        max_model_len=_context_length(_json(directory / "config.json"), config),
     )
+
+
+def _context_length(model_config: dict, tokenizer_config: dict) -> int | None:
+    for length in (
+        model_config.get("max_position_embeddings"),
+        tokenizer_config.get("model_max_length"),
+    ):
+        if isinstance(length, int | float) and 0 < length < MAX_CREDIBLE_CONTEXT:
+            return int(length)
+    return None
 
 
 def _json(path: Path) -> dict:

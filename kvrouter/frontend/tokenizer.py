@@ -35,6 +35,7 @@ class ModelTokenizer:
         self._tokenizer = files.tokenizer
         self.special_tokens = files.special_tokens
         self.eos_token_ids = files.eos_token_ids
+        self.max_model_len = files.max_model_len
         self._templates = {name: ChatTemplate(t) for name, t in files.chat_templates.items()}
         self._executor = executor
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -72,8 +73,17 @@ class ServiceConfig:
     # holds the model's tokenizer files (tokenizer.json, tokenizer_config.json);
     # the model's workers register NAME (`--served-model-name`).
     served_models: tuple[str, ...] = ()
-    # Front-door requests in flight at once; one more is 429 with Retry-After.
+    # Front-door requests running at once; more wait in the admission queue.
     http_max_requests: int = 256
+    # A model whose every healthy worker has more than this much predicted
+    # prefill queued (ms) is saturated: its new front-door requests wait.
+    http_max_backlog_ms: float = 2_000.0
+    # Requests waiting for admission, all models together; one more is 429.
+    http_max_queued: int = 1_024
+    # A request that waits longer for admission is 503; both carry Retry-After.
+    http_queue_timeout_s: float = 30.0
+    # A request body that takes longer to arrive is 408.
+    http_body_timeout_s: float = 30.0
     # On SIGTERM: how long in-flight calls may take to finish.
     drain_grace_s: float = 10.0
     # Index snapshot file: restored at start, written at shutdown; empty: none.
@@ -159,8 +169,14 @@ class ServiceConfig:
             if not self.served_models:
                 raise ValueError("--http-listen needs --served-models NAME=TOKENIZER_DIR[,...]")
         served_model_dirs(self.served_models)
-        if self.http_max_requests <= 0:
-            raise ValueError("http_max_requests must be positive")
+        for name in ("http_max_requests", "http_max_queued"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        for name in ("http_queue_timeout_s", "http_body_timeout_s"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a positive number of seconds")
+        if not 0 <= self.http_max_backlog_ms < math.inf:
+            raise ValueError("http_max_backlog_ms must be a number of ms, 0 or more")
         tls.check(self)
         if self.auth_tokens_file:
             tls.check_readable("auth_tokens_file", self.auth_tokens_file)

@@ -254,13 +254,13 @@ class RouterServer:
                 self.generation,
                 self.workers,
                 served_model_dirs(self.config.served_models),
-                max_prompt_tokens=self.config.max_prompt_tokens,
-                max_requests=self.config.http_max_requests,
+                self.config,
+                self.metrics.registry,
             )
         except ValueError as e:
             raise StartupError(f"--served-models: {e}") from None
         try:
-            return HttpServer(door.app, listen)
+            return HttpServer(door.app, listen, on_stopped=door.close)
         except OSError as e:
             raise StartupError(f"--http-listen {listen}: {e.strerror.lower()}") from None
 

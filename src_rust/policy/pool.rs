@@ -89,6 +89,17 @@ impl Pool {
             .collect()
     }
 
+    /// The least prefill still queued on a healthy worker of `model`, in
+    /// tokens (booked or reported, whichever is larger): how far behind the
+    /// least loaded of them is. None when none is healthy.
+    pub fn least_queued_prefill(&self, model: ModelId) -> Option<u64> {
+        self.workers
+            .iter()
+            .filter(|(_, s)| s.healthy && s.serves.contains(&model))
+            .map(|(id, _)| self.load(*id).queued_prefill_tokens)
+            .min()
+    }
+
     /// Registered workers that serve `model`, healthy or not.
     pub fn serving(&self, model: ModelId) -> usize {
         self.workers

@@ -343,6 +343,13 @@ impl PyRouter {
         ))
     }
 
+    /// Predicted ms of prefill queued on the least loaded healthy worker of
+    /// `model`; None when none is healthy. Raises UnknownModel.
+    #[pyo3(signature = (model = ""))]
+    fn backlog_ms(&self, model: &str) -> PyResult<Option<f64>> {
+        self.router.backlog_ms(model).map_err(to_pyerr)
+    }
+
     // -- routing
 
     /// Picks the workers for a request among those of `model` and books

@@ -366,6 +366,20 @@ impl Router {
         self.policy.lock().pool.models()
     }
 
+    /// The predicted time the least loaded healthy worker of `model` needs
+    /// for the prefill queued on it, in ms: past a bound, every worker of
+    /// the model is saturated and a front door holds new requests back.
+    /// None when no worker of the model is healthy.
+    pub fn backlog_ms(&self, model: &str) -> Result<Option<f64>, RouteError> {
+        let policy = self.policy.lock();
+        let id = policy.pool.model(model)?;
+        let per_token = policy.coefficients().prefill_ms_per_token;
+        Ok(policy
+            .pool
+            .least_queued_prefill(id)
+            .map(|tokens| tokens as f64 * per_token))
+    }
+
     /// Runs `f` on the pool: the registry and peers' bookings.
     pub fn with_pool<R>(&self, f: impl FnOnce(&mut Pool) -> R) -> R {
         f(&mut self.policy.lock().pool)

@@ -100,7 +100,7 @@ def test_simultaneous_routing_through_both_replicas_spreads_the_load(nats_url):
                 chosen[replica.router.route(request, prompt(2 * round_ + i)).decode_worker] += 1
             for replica, other in ((a, b), (b, a)):
                 await until(
-                    lambda r=replica, o=other: o.router.knows_remote(r.name, ids[r]),
+                    lambda r=replica, o=other, i=ids: o.router.knows_remote(r.name, i[r]),
                     f"{ids[replica]} to reach the other replica",
                 )
         assert sum(chosen.values()) == 64

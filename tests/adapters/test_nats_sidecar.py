@@ -13,6 +13,7 @@ from kvrouter.proto_gen import router_pb2 as pb
 from . import vllm_schema as vs
 from .conftest import until
 from .engine_hashes import EngineHasher, prompt
+from .engine_http import EngineHttp
 
 pytest.importorskip("nats", reason="the adapters extra (nats-py) is not installed")
 
@@ -22,13 +23,14 @@ from .test_replica_service import CALL_S, replicas, run  # noqa: E402
 
 
 def test_the_sidecar_joins_both_replicas_and_either_routes_by_its_events(farm, nats_url):
-    a, (pub_a,) = farm.start("a", "map", address="http://a:8000")
-    b, (pub_b,) = farm.start("b", "positional", address="http://b:8000")
     hasher = EngineHasher(as_bytes=True)
     on_a, on_b = prompt(1, 8), prompt(2, 8)
-    engines = {a.worker_ids[0]: "http://a:8000", b.worker_ids[0]: "http://b:8000"}
 
     async def scenario():
+        http_a, http_b = await EngineHttp().start(), await EngineHttp().start()
+        a, (pub_a,) = farm.start("a", "map", address=http_a.url)
+        b, (pub_b,) = farm.start("b", "positional", address=http_b.url)
+        engines = {a.worker_ids[0]: http_a.url, b.worker_ids[0]: http_b.url}
         async with replicas(nats_url, "router-a", "router-b") as (r1, r2):
             targets = [f"127.0.0.1:{r.server.server.port}" for r in (r1, r2)]
             async with VllmSidecar(targets, [a, b], nats=NatsConfig(servers=(nats_url,))):
@@ -57,6 +59,8 @@ def test_the_sidecar_joins_both_replicas_and_either_routes_by_its_events(farm, n
             for replica in (r1, r2):
                 listing = await replica.registry.List(pb.ListWorkersRequest(), timeout=CALL_S)
                 assert list(listing.workers) == []
+        for http in (http_a, http_b):
+            await http.stop()
 
     run(scenario())
 

@@ -9,16 +9,18 @@ from kvrouter.service import RouterServer, ServiceConfig
 from . import vllm_schema as vs
 from .conftest import until
 from .engine_hashes import EngineHasher, prompt
+from .engine_http import EngineHttp
 from .test_vllm_events import run
 
 
 def test_the_router_service_routes_by_the_engines_events(farm):
-    a, (pub_a,) = farm.start("a", "map", address="http://a:8000")
-    b, (pub_b,) = farm.start("b", "positional", address="http://b:8000")
     hasher = EngineHasher(as_bytes=True)
     on_a, on_b = prompt(1, 8), prompt(2, 8)
 
     async def scenario():
+        http_a, http_b = await EngineHttp().start(), await EngineHttp().start()
+        a, (pub_a,) = farm.start("a", "map", address=http_a.url)
+        b, (pub_b,) = farm.start("b", "positional", address=http_b.url)
         server = RouterServer(
             ServiceConfig(
                 listen="127.0.0.1:0", metrics_listen="", log_format="text", log_decisions=False
@@ -41,11 +43,13 @@ def test_the_router_service_routes_by_the_engines_events(farm):
                     chosen = await client.route(on_a + [turn])
                     assert (chosen.decode_worker, chosen.decode_address) == (
                         a.worker_ids[0],
-                        "http://a:8000",
+                        http_a.url,
                     )
                     chosen = await client.route(on_b + [turn])
                     assert chosen.decode_worker == b.worker_ids[0]
         finally:
             await server.stop(grace=0)
+            for http in (http_a, http_b):
+                await http.stop()
 
     run(scenario())

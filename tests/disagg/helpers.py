@@ -4,7 +4,10 @@ end-to-end tests."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import urllib.error
+import urllib.request
 
 import grpc
 
@@ -56,3 +59,24 @@ def all_idle(cluster) -> bool:
         if s.running_requests or s.waiting_requests or s.leases or s.blocks_in_use:
             return False
     return True
+
+
+def http_get(url: str) -> tuple[int, dict]:
+    """(status, JSON body), error statuses included."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def http_post(url: str, body: bytes, headers: dict | None = None) -> tuple[int, dict, dict]:
+    """(status, headers, JSON body) of a JSON POST, error statuses included."""
+    request = urllib.request.Request(
+        url, body, {"content-type": "application/json", **(headers or {})}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, dict(r.headers), json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.load(e)

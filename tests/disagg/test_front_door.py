@@ -11,8 +11,6 @@ import asyncio
 import json
 import math
 import socket
-import urllib.error
-import urllib.request
 
 import openai
 import pytest
@@ -22,11 +20,12 @@ from kvrouter.demo.cluster import free_port
 from kvrouter.frontend import ModelTokenizer
 
 from .conftest import start_cluster
-from .helpers import all_idle
+from .helpers import all_idle, http_get, http_post
 
 MODEL = "tiny"
 MAX_PROMPT = 300
 MAX_REQUESTS = 2
+BODY_TIMEOUT_S = 2
 GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
 
 
@@ -47,12 +46,14 @@ def front_door(tiny_model, tmp_path_factory):
             str(MAX_PROMPT),
             "--http-max-requests",
             str(MAX_REQUESTS),
+            "--http-body-timeout-s",
+            str(BODY_TIMEOUT_S),
         ],
         roles=["prefill", "decode"],
         models=[MODEL, MODEL],
     )
     base = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _get(base + "/ready")[0] == 200, what="the front door to be ready")
+    wait_until(lambda: http_get(base + "/ready")[0] == 200, what="the front door to be ready")
     yield cluster, base
     cluster.stop()
 
@@ -70,28 +71,11 @@ def client(front_door):
     wait_until(lambda: all_idle(cluster), what="every worker to be idle")
 
 
-def _get(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
-
-
-def _post(url: str, body: bytes) -> tuple[int, dict, dict]:
-    request = urllib.request.Request(url, body, {"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as r:
-            return r.status, dict(r.headers), json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), json.load(e)
-
-
 def test_models_health_and_ready(front_door):
     _, base = front_door
-    assert _get(base + "/health") == (200, {"status": "ok"})
-    assert _get(base + "/ready") == (200, {"ready": True, "routable_workers": {MODEL: 2}})
-    status, models = _get(base + "/v1/models")
+    assert http_get(base + "/health") == (200, {"status": "ok"})
+    assert http_get(base + "/ready") == (200, {"ready": True, "routable_workers": {MODEL: 2}})
+    status, models = http_get(base + "/v1/models")
     assert status == 200
     assert [m["id"] for m in models["data"]] == [MODEL]
 
@@ -160,26 +144,6 @@ def test_a_client_gone_mid_stream_frees_the_workers(front_door, client):
     wait_until(lambda: all_idle(cluster), what="the cancelled request to leave the workers")
 
 
-def test_past_the_bound_requests_get_429_and_none_is_lost(front_door, client):
-    cluster, base = front_door
-    held = [
-        client.completions.create(
-            model=MODEL, prompt=f"hold {i}", max_tokens=200, stream=True, **GREEDY
-        )
-        for i in range(MAX_REQUESTS)
-    ]
-    for stream in held:
-        next(iter(stream))
-    body = json.dumps({"model": MODEL, "prompt": "one more", "max_tokens": 2}).encode()
-    status, headers, answer = _post(base + "/v1/completions", body)
-    assert status == 429
-    assert headers["retry-after"] == "1"
-    assert "in flight" in answer["error"]["message"]
-    for stream in held:
-        assert sum(1 for _ in stream) > 0  # each held answer runs to its end
-    assert client.completions.create(model=MODEL, prompt="now", max_tokens=2, **GREEDY)
-
-
 @pytest.mark.parametrize(
     ("body", "status", "says"),
     [
@@ -195,6 +159,7 @@ def test_past_the_bound_requests_get_429_and_none_is_lost(front_door, client):
         ({"model": MODEL, "prompt": "hi", "top_p": 0}, 400, "top_p"),
         ({"model": MODEL, "prompt": "hi", "stop_token_ids": [-1]}, 400, "stop_token_ids"),
         ({"model": MODEL, "prompt": "hi", "max_tokens": 5_000_000_000}, 400, "max_tokens"),
+        ({"model": MODEL, "prompt": "hi", "max_tokens": 2048}, 400, "context is 2048 tokens"),
         ({"model": MODEL, "prompt": "hi", "echo": True}, 400, "echo"),
         ({"model": MODEL, "prompt": "hi", "logprobs": 0}, 400, "logprobs"),
         ({"model": MODEL, "prompt": "x" * (MAX_PROMPT * 16 + (1 << 20))}, 413, "body"),
@@ -204,7 +169,7 @@ def test_past_the_bound_requests_get_429_and_none_is_lost(front_door, client):
 )
 def test_bad_requests_get_their_status_and_an_openai_body(front_door, body, status, says):
     _, base = front_door
-    got, _, answer = _post(base + "/v1/completions", json.dumps(body).encode())
+    got, _, answer = http_post(base + "/v1/completions", json.dumps(body).encode())
     assert got == status
     assert says in answer["error"]["message"]
     assert set(answer["error"]) == {"message", "type", "param", "code"}
@@ -222,8 +187,8 @@ def test_nulls_and_vllms_conventions_are_taken(client):
 
 def test_unknown_paths_get_an_openai_body(front_door):
     _, base = front_door
-    assert _get(base + "/v1/nope")[0] == 404
-    assert set(_get(base + "/v1/nope")[1]["error"]) == {"message", "type", "param", "code"}
+    assert http_get(base + "/v1/nope")[0] == 404
+    assert set(http_get(base + "/v1/nope")[1]["error"]) == {"message", "type", "param", "code"}
 
 
 def test_a_client_gone_before_a_whole_answer_frees_the_workers(front_door):
@@ -245,7 +210,7 @@ def test_bad_json_and_nan_are_400(front_door):
         b"{not json",
         json.dumps({"model": MODEL, "prompt": "x", "temperature": math.nan}).encode(),
     ):
-        status, _, answer = _post(base + "/v1/chat/completions", body)
+        status, _, answer = http_post(base + "/v1/chat/completions", body)
         assert status == 400, answer
         assert answer["error"]["type"] == "invalid_request_error"
 
@@ -255,3 +220,26 @@ def test_the_sdk_raises_its_own_errors(client):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=MODEL, messages="not a list")
+
+
+def test_a_body_that_trickles_in_gets_408(front_door):
+    _, base = front_door
+    port = int(base.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b'content-length: 100\r\n\r\n{"model": '
+        )
+        answer = sock.recv(65536).decode()
+    assert answer.startswith("HTTP/1.1 408"), answer
+    assert f"within {BODY_TIMEOUT_S} s" in answer
+
+
+def test_a_chat_without_max_tokens_runs_to_the_end_of_the_context(front_door, tokenizer):
+    _, base = front_door
+    messages = [{"role": "user", "content": "hi"}]
+    body = {"model": MODEL, "messages": messages, "temperature": 0, "ignore_eos": True}
+    status, _, answer = http_post(base + "/v1/chat/completions", json.dumps(body).encode())
+    assert status == 200, answer
+    usage = answer["usage"]
+    assert usage["completion_tokens"] == min(1024, 2048 - usage["prompt_tokens"])

@@ -7,7 +7,9 @@ endpoint = "tcp://10.0.0.5:5557"           # the engine's KV event PUB socket
 replay_endpoint = "tcp://10.0.0.5:5558"    # its ROUTER replay socket (optional)
 data_parallel_size = 2                     # DP rank r publishes on port + r
 role = "both"                              # prefill | decode | both
-address = "http://10.0.0.5:8000"           # what clients are told to call
+address = "http://10.0.0.5:8000"           # its OpenAI server: probed, and what clients call
+probe_interval_s = 0.5                     # /health and /metrics every this often
+probe_timeout_s = 1.0                      # a probe slower than this fails
 capacity_blocks = 40000
 model = "llama-3-8b"                       # the model requests name to reach it
 adapters = ["sql"]                         # LoRA adapters it serves: "llama-3-8b:sql"
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -37,8 +40,11 @@ class EngineConfig:
     worker_ids: tuple[int, ...] = ()
     role: str = "both"
     # Where clients send the engine's requests (its OpenAI server), as the
-    # router reports it with each decision.
+    # router reports it with each decision. Set, its /health and /metrics
+    # are probed: heartbeats carry its load, and stop while it fails.
     address: str = ""
+    probe_interval_s: float = 0.5
+    probe_timeout_s: float = 1.0
     # The engine's KV capacity; only used to exclude prompts that cannot fit.
     capacity_blocks: int = 1_000_000
     # The model it serves, as requests name it (empty: requests that name
@@ -57,6 +63,10 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("an engine needs a name")
+        if not (0 < self.probe_interval_s < math.inf and 0 < self.probe_timeout_s < math.inf):
+            raise ValueError(
+                f"engine {self.name}: probe_interval_s and probe_timeout_s must be > 0"
+            )
         if self.data_parallel_size < 1:
             raise ValueError(f"engine {self.name}: data_parallel_size must be >= 1")
         if self.worker_ids and len(self.worker_ids) != self.data_parallel_size:

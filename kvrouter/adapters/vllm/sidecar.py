@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from kvrouter.adapters.nats import EngineBridge, NatsConfig
 from kvrouter.adapters.vllm.config import EngineConfig
+from kvrouter.adapters.vllm.probe import EngineProbe
 from kvrouter.adapters.vllm.subscriber import EngineSubscriber
 from kvrouter.client import WorkerRegistration
 from kvrouter.client.event_stream import GrpcEventTransport
@@ -70,12 +71,24 @@ class VllmSidecar:
         self.block_size = block_size
         self.nats = nats
         self.registrations: list[WorkerRegistration] = []
+        self.probes: dict[str, EngineProbe] = {}
         self.publishers: dict[int, EventPublisher] = {}
         self.subscriber: EngineSubscriber | None = None
         self.bridge: EngineBridge | None = None
 
     async def start(self) -> None:
         try:
+            for engine in self.engines:
+                if engine.address:
+                    probe = EngineProbe(
+                        engine.name,
+                        engine.address,
+                        engine.capacity_blocks,
+                        interval_s=engine.probe_interval_s,
+                        timeout_s=engine.probe_timeout_s,
+                    )
+                    self.probes[engine.name] = probe
+                    await probe.start()
             for router in self.routers:
                 await self._register(router)
             if self.nats is None:
@@ -100,9 +113,20 @@ class VllmSidecar:
                     model=engine.model,
                     adapters=engine.adapters,
                     metadata={"engine": engine.name, "dp_rank": str(stream.dp_rank)},
+                    load=self._load(engine, stream.dp_rank),
                 )
                 await registration.start(wait_for_router=True)
                 self.registrations.append(registration)
+
+    def _load(self, engine: EngineConfig, dp_rank: int):
+        """A rank's heartbeat load: its engine's probed load, or None (no
+        heartbeat) while the engine fails its probes."""
+        probe = self.probes.get(engine.name)
+        if probe is None:
+            return None
+        # A probe older than one probe interval (plus its timeout) is stale.
+        fresh_s = engine.probe_interval_s + engine.probe_timeout_s
+        return lambda: probe.load_for(dp_rank, fresh_s)
 
     async def _forward_to(self, router: str) -> None:
         registered = {r.worker_id: r for r in self.registrations if r.target == router}
@@ -135,6 +159,9 @@ class VllmSidecar:
         for registration in self.registrations:
             await registration.stop()
         self.registrations.clear()
+        for probe in self.probes.values():
+            await probe.stop()
+        self.probes.clear()
 
     async def __aenter__(self) -> VllmSidecar:
         await self.start()

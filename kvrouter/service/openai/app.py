@@ -2,7 +2,8 @@
 `/v1/chat/completions`, `/v1/models`, `/health` and `/ready`.
 
 Every request is checked before anything is scheduled (a 400, 404 or 413
-with an OpenAI-shaped body), waits for its first chunk before answering so
+with an OpenAI-shaped body), is admitted (`admission.Admission`: it may
+wait, or be refused with 429 or 503), waits for its first chunk before answering so
 that a refusal (no routable worker, bad sampling) keeps its status, and
 then streams or answers whole. A client that goes away mid-stream closes
 the proxied Generate, which cancels the request on its worker (freeing its
@@ -18,6 +19,7 @@ from contextlib import aclosing
 from pathlib import Path
 
 import msgspec
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -25,10 +27,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from kvrouter.frontend import ModelTokenizer
+from kvrouter.service.config import ServiceConfig
 from kvrouter.service.errors import ServiceError
 from kvrouter.service.generate import GenerationProxy
+from kvrouter.service.openai.admission import PRIORITY_HEADER, Admission, Priority
 from kvrouter.service.openai.completion import Completion
 from kvrouter.service.openai.errors import HttpError
+from kvrouter.service.openai.observed import FrontDoorMetrics, RequestRecord
 from kvrouter.service.openai.requests import (
     DEFAULT_CHAT_MAX_TOKENS,
     DEFAULT_COMPLETION_MAX_TOKENS,
@@ -44,16 +49,25 @@ class FrontDoor:
         generation: GenerationProxy,
         workers: WorkerTable,
         models: dict[str, Path],
-        *,
-        max_prompt_tokens: int,
-        max_requests: int,
+        config: ServiceConfig,
+        registry: CollectorRegistry,
     ) -> None:
         self.generation = generation
         self.workers = workers
         self.tokenizers = {name: ModelTokenizer.from_dir(d) for name, d in models.items()}
-        self.max_prompt_tokens = max_prompt_tokens
-        self.max_requests = max_requests
-        self.in_flight = 0
+        self.max_prompt_tokens = config.max_prompt_tokens
+        self.body_timeout_s = config.http_body_timeout_s
+        self.metrics = FrontDoorMetrics(registry)
+        self.admission = Admission(
+            generation.ctx.policy.backlog_ms,
+            max_in_flight=config.http_max_requests,
+            max_backlog_ms=config.http_max_backlog_ms,
+            max_queued=config.http_max_queued,
+            queue_timeout_s=config.http_queue_timeout_s,
+            on_depth=lambda model, priority, depth: self.metrics.queue_depth.labels(
+                model, priority.value
+            ).set(depth),
+        )
         self.started = int(time.time())
         self.app = Starlette(
             routes=[
@@ -66,7 +80,7 @@ class FrontDoor:
             exception_handlers={HttpError: _http_error, HTTPException: _starlette_error},
         )
         # A body may hold the longest prompt as JSON text, several bytes a token.
-        self.max_body_bytes = max(1 << 20, 16 * max_prompt_tokens)
+        self.max_body_bytes = max(1 << 20, 16 * config.max_prompt_tokens)
 
     async def health(self, _: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -93,51 +107,64 @@ class FrontDoor:
         return JSONResponse({"object": "list", "data": data})
 
     async def completions(self, request: Request) -> Response:
+        return await self._serve(request, RequestRecord("/v1/completions"), self._completion)
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._serve(request, RequestRecord("/v1/chat/completions"), self._chat)
+
+    async def _completion(self, request: Request, record: RequestRecord) -> Completion:
         body = await self._decode(request, CompletionRequest)
-        tokenizer = self._tokenizer(body.model)
+        tokenizer = self._tokenizer(body.model, record)
         try:
             prompt = body.one_prompt()
         except ValueError as e:
             raise HttpError(400, str(e)) from None
         tokens = await tokenizer.encode_async(prompt) if isinstance(prompt, str) else prompt
         max_tokens = DEFAULT_COMPLETION_MAX_TOKENS if body.max_tokens is None else body.max_tokens
-        return await self._answer(
-            request, Completion(False, body, tokenizer, list(tokens), max_tokens)
-        )
+        return Completion(False, body, tokenizer, list(tokens), max_tokens, record)
 
-    async def chat_completions(self, request: Request) -> Response:
+    async def _chat(self, request: Request, record: RequestRecord) -> Completion:
         body = await self._decode(request, ChatCompletionRequest)
-        tokenizer = self._tokenizer(body.model)
+        tokenizer = self._tokenizer(body.model, record)
         try:
             prompt = await tokenizer.render_and_encode_async(
                 body.messages, add_generation_prompt=body.add_generation_prompt, tools=body.tools
             )
         except ValueError as e:
             raise HttpError(400, f"messages: {e}") from None
-        max_tokens = next(
-            (m for m in (body.max_completion_tokens, body.max_tokens) if m is not None),
-            DEFAULT_CHAT_MAX_TOKENS,
+        asked = next(
+            (m for m in (body.max_completion_tokens, body.max_tokens) if m is not None), None
         )
-        return await self._answer(
-            request, Completion(True, body, tokenizer, prompt.token_ids, max_tokens)
-        )
+        if asked is None:
+            # Up to the end of the context, as vLLM's default, within a bound.
+            room = _room(tokenizer, len(prompt.token_ids))
+            asked = DEFAULT_CHAT_MAX_TOKENS if room is None else min(DEFAULT_CHAT_MAX_TOKENS, room)
+        return Completion(True, body, tokenizer, prompt.token_ids, asked, record)
 
-    def _tokenizer(self, model: str) -> ModelTokenizer:
+    def _tokenizer(self, model: str, record: RequestRecord) -> ModelTokenizer:
         tokenizer = self.tokenizers.get(model.partition(":")[0])
         if tokenizer is None:
             raise HttpError(404, f"the model {model!r} does not exist", code="model_not_found")
+        record.model = model
         return tokenizer
 
     async def _decode(self, request: Request, kind: type):
-        """The body as `kind`, checked: a 400 naming what is wrong, or a 413
-        for a body bigger than the longest prompt the router takes needs."""
+        """The body as `kind`, checked: a 400 naming what is wrong, a 413
+        for a body bigger than the longest prompt the router takes needs,
+        or a 408 for one that takes longer than `body_timeout_s` to come."""
         if int(request.headers.get("content-length") or 0) > self.max_body_bytes:
             raise _body_too_big(self.max_body_bytes)
         data = bytearray()
-        async for part in request.stream():
-            data += part
-            if len(data) > self.max_body_bytes:
-                raise _body_too_big(self.max_body_bytes)
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                async for part in request.stream():
+                    data += part
+                    if len(data) > self.max_body_bytes:
+                        raise _body_too_big(self.max_body_bytes)
+        except TimeoutError:
+            raise HttpError(
+                408, f"the request body did not arrive within {self.body_timeout_s:g} s"
+            ) from None
         try:
             body = msgspec.json.decode(data, type=kind)
         except msgspec.ValidationError as e:
@@ -150,46 +177,83 @@ class FrontDoor:
             raise HttpError(400, str(e)) from None
         return body
 
-    async def _answer(self, request: Request, completion: Completion) -> Response:
-        _check(completion, self.max_prompt_tokens)
-        if self.in_flight >= self.max_requests:
-            raise HttpError(
-                429, f"{self.in_flight} requests are in flight, the most this router takes"
-            )
-        self.in_flight += 1
-        held = True
+    async def _serve(self, request: Request, record: RequestRecord, build) -> Response:
+        """Runs `build`'s completion: checked, admitted, dispatched, then
+        answered whole or streamed. The request is counted and logged once,
+        here or when its stream ends, and its admission given back."""
+        admitted = streaming = False
         try:
+            priority = Priority.from_header(request.headers.get(PRIORITY_HEADER))
+            record.priority = priority.value
+            completion = await build(request, record)
+            _check(completion, self.max_prompt_tokens)
+            record.queue_s = await self.admission.admit(completion.body.model, priority)
+            admitted = True
+            self.metrics.queue_time.labels(record.model, record.priority).observe(record.queue_s)
             chunks = await _primed(self.generation.stream(completion.generate_request(), None))
+            headers = {"x-request-id": completion.id}
             if not completion.body.stream:
-                return JSONResponse(await _unless_gone(request, completion.whole(chunks)))
-            held = False
+                answer = await _unless_gone(request, completion.whole(chunks))
+                return JSONResponse(answer, headers=headers)
+            streaming = True
             return StreamingResponse(
-                self._releasing(completion.events(chunks)), media_type="text/event-stream"
+                self._releasing(completion.events(chunks), record),
+                media_type="text/event-stream",
+                headers=headers,
             )
+        except HttpError as e:
+            record.failed(e.status, e.message)
+            raise
+        except Exception as e:
+            record.failed(500, f"internal error: {e}")
+            raise
         finally:
-            if held:
-                self.in_flight -= 1
+            if not streaming:
+                if admitted:
+                    self.admission.release()
+                self.metrics.done(record)
 
-    async def _releasing(self, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        """`events`, giving the request's slot back when they end."""
+    async def _releasing(
+        self, events: AsyncIterator[bytes], record: RequestRecord
+    ) -> AsyncIterator[bytes]:
+        """`events`; when they end, the admission is given back and the
+        request counted (a stream the client left is a 499)."""
         try:
             async with aclosing(events):
                 async for event in events:
                     yield event
         finally:
-            self.in_flight -= 1
+            if record.finish_reason is None and record.error is None:
+                record.failed(499, "the client went away")
+            self.admission.release()
+            self.metrics.done(record)
+
+    async def close(self) -> None:
+        await self.admission.close()
+
+
+def _room(tokenizer: ModelTokenizer, prompt_tokens: int) -> int | None:
+    """Tokens left in the model's context after the prompt; None: unknown."""
+    if tokenizer.max_model_len is None:
+        return None
+    return max(0, tokenizer.max_model_len - prompt_tokens)
 
 
 def _check(completion: Completion, max_prompt_tokens: int) -> None:
+    prompt = len(completion.prompt)
+    if not prompt:
+        raise HttpError(400, "the prompt is empty")
+    limit = min(max_prompt_tokens, completion.tokenizer.max_model_len or max_prompt_tokens)
+    if prompt > limit:
+        raise HttpError(413, f"the prompt has {prompt} tokens; this model takes at most {limit}")
     if not 1 <= completion.max_tokens < 2**32:
         raise HttpError(400, f"max_tokens must be 1 to 2^32 - 1, not {completion.max_tokens}")
-    if not completion.prompt:
-        raise HttpError(400, "the prompt is empty")
-    if len(completion.prompt) > max_prompt_tokens:
+    room = _room(completion.tokenizer, prompt)
+    if room is not None and completion.max_tokens > room:
         raise HttpError(
-            413,
-            f"the prompt has {len(completion.prompt)} tokens; this router takes at most "
-            f"{max_prompt_tokens}",
+            400,
+            f"this model's context is {completion.tokenizer.max_model_len} tokens; the prompt "
+            f"has {prompt}, so max_tokens can be at most {room}, not {completion.max_tokens}",
         )
 
 

@@ -13,12 +13,14 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 
+import grpc
 import msgspec
 
 from kvrouter.frontend import ModelTokenizer, TextStream
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.service.errors import ServiceError
 from kvrouter.service.openai.errors import HttpError
+from kvrouter.service.openai.observed import RequestRecord
 from kvrouter.service.openai.requests import _Sampling
 
 log = logging.getLogger("kvrouter.service.openai")
@@ -28,19 +30,23 @@ DONE = b"data: [DONE]\n\n"
 
 @dataclass
 class Completion:
-    """A request ready to run: `chat` picks the chat-completion shapes."""
+    """A request ready to run: `chat` picks the chat-completion shapes;
+    `record` gathers what it measures. Its id is the request id of the
+    proxied Generate, so the decision log names it too."""
 
     chat: bool
     body: _Sampling
     tokenizer: ModelTokenizer
     prompt: list[int]
     max_tokens: int
+    record: RequestRecord
 
     def __post_init__(self) -> None:
         prefix = "chatcmpl" if self.chat else "cmpl"
         self.id = f"{prefix}-{uuid.uuid4().hex}"
         self.created = int(time.time())
-        self.completion_tokens = 0
+        self.record.request_id = self.id
+        self.record.prompt_tokens = len(self.prompt)
 
     def stop_token_ids(self) -> list[int]:
         """The request's stop ids, and the model's end-of-sequence ids (from
@@ -62,14 +68,19 @@ class Completion:
         if body.sampling_seed is not None:
             sampling.seed = body.sampling_seed
         return gen.GenerateRequest(
-            tokens_u32le=array("I", self.prompt).tobytes(), model=body.model, sampling=sampling
+            request_id=self.id,
+            tokens_u32le=array("I", self.prompt).tobytes(),
+            model=body.model,
+            sampling=sampling,
         )
 
     async def texts(self, chunks: AsyncIterator[gen.GenerateResponse]):
         """(text, finish_reason) pieces; finish_reason on the last only. A
         stop string or stop token id ends it early, which closes `chunks`
         and so cancels the request on its worker; otherwise `chunks` runs
-        to its end, and the request is finished."""
+        to its end, and the request is finished. A request its worker
+        aborted is a ServiceError (UNAVAILABLE), not an answer."""
+        record = self.record
         async with aclosing(chunks):
             text = TextStream(
                 self.tokenizer.detokenizer(),
@@ -77,22 +88,34 @@ class Completion:
                 stop_token_ids=self.stop_token_ids(),
             )
             async for chunk in chunks:
-                self.completion_tokens += len(chunk.token_ids)
+                if chunk.token_ids:
+                    record.tokens(len(chunk.token_ids))
+                if chunk.HasField("stats"):
+                    record.cached_tokens = chunk.stats.cached_tokens
+                if chunk.finish_reason == gen.FINISH_REASON_CANCELLED:
+                    raise ServiceError(
+                        grpc.StatusCode.UNAVAILABLE, "the worker aborted the request; retry it"
+                    )
                 piece = text.feed(chunk.token_ids)
                 if text.stopped:
+                    record.finish_reason = "stop"
                     yield piece, "stop"
                     return
                 if chunk.finish_reason:
-                    reason = FINISH_REASONS.get(chunk.finish_reason, "stop")
-                    yield piece + text.finish(), reason
+                    record.finish_reason = FINISH_REASONS[chunk.finish_reason]
+                    yield piece + text.finish(), record.finish_reason
                 elif piece:
                     yield piece, None
 
     def usage(self) -> dict:
+        """OpenAI's usage, with the prompt tokens the worker served from its
+        prefix cache as `prompt_tokens_details.cached_tokens`."""
+        record = self.record
         return {
-            "prompt_tokens": len(self.prompt),
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": len(self.prompt) + self.completion_tokens,
+            "prompt_tokens": record.prompt_tokens,
+            "completion_tokens": record.completion_tokens,
+            "total_tokens": record.prompt_tokens + record.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": record.cached_tokens},
         }
 
     def _choice(
@@ -125,7 +148,9 @@ class Completion:
                 parts.append(piece)
                 finish_reason = reason
         except ServiceError as e:
-            raise HttpError.from_grpc(e.code, e.message) from None
+            error = HttpError.from_grpc(e.code, e.message)
+            self.record.failed(error.status, error.message)
+            raise error from None
         choice = self._choice("".join(parts), finish_reason, delta=False)
         answer = self._object([choice], chunk=False)
         return {**answer, "usage": self.usage()}
@@ -142,13 +167,18 @@ class Completion:
                 yield _event(self._object([choice], chunk=True))
                 first = False
         except ServiceError as e:
-            yield _event(HttpError.from_grpc(e.code, e.message).body())
+            yield self._failed(HttpError.from_grpc(e.code, e.message))
         except Exception as e:  # noqa: BLE001 - the client is told, and the stream ends
             log.exception("front-door stream failed")
-            yield _event(HttpError(500, f"internal error: {e}").body())
+            yield self._failed(HttpError(500, f"internal error: {e}"))
         if include_usage:
             yield _event({**self._object([], chunk=True), "usage": self.usage()})
         yield DONE
+
+    def _failed(self, error: HttpError) -> bytes:
+        """The error event of a stream that fails after it began."""
+        self.record.failed(error.status, error.message)
+        return _event(error.body())
 
 
 def _event(obj: dict) -> bytes:

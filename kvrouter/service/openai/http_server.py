@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Awaitable, Callable
 
 import uvicorn
 
@@ -20,9 +21,10 @@ class _Server(uvicorn.Server):
 
 
 class HttpServer:
-    def __init__(self, app, listen: str) -> None:
+    def __init__(self, app, listen: str, *, on_stopped: Callable[[], Awaitable[None]]) -> None:
         """Binds `listen` (`HOST:PORT`, checked; an IPv6 host in brackets);
-        OSError when it cannot."""
+        OSError when it cannot. `on_stopped` runs once the server is down."""
+        self._on_stopped = on_stopped
         host, _, port = listen.rpartition(":")
         family = socket.AF_INET6 if host.startswith("[") else socket.AF_INET
         self.socket = socket.create_server((host.strip("[]"), int(port)), family=family)
@@ -50,3 +52,4 @@ class HttpServer:
         self._server.should_exit = True
         if self._task is not None:
             await self._task
+        await self._on_stopped()

@@ -1,0 +1,98 @@
+"""The sidecar probes each engine's `/health` and `/metrics`: an engine that
+dies or hangs leaves routing within the router's heartbeat TTL, one that
+comes back returns, and the heartbeats carry the load the engine reports.
+A real router service and real HTTP servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kvrouter.adapters.vllm.sidecar import VllmSidecar
+from kvrouter.service import RouterServer, ServiceConfig
+
+from .conftest import until
+from .engine_http import EngineHttp
+from .test_vllm_events import run
+
+TTL_S = 2.0
+PROBE = {"probe_interval_s": 0.2, "probe_timeout_s": 0.5}
+VLLM_METRICS = """\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 2.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+# TYPE vllm:request_prompt_tokens histogram
+vllm:request_prompt_tokens_sum{engine="0",model_name="m"} 4000.0
+vllm:request_prompt_tokens_count{engine="0",model_name="m"} 10.0
+"""
+
+
+async def router() -> RouterServer:
+    server = RouterServer(
+        ServiceConfig(
+            listen="127.0.0.1:0",
+            metrics_listen="",
+            log_format="text",
+            log_decisions=False,
+            heartbeat_interval_s=0.25,
+            heartbeat_ttl_s=TTL_S,
+        )
+    )
+    await server.start()
+    return server
+
+
+@pytest.mark.parametrize("failure", ["stopped", "down", "hung"])
+def test_an_engine_that_fails_leaves_routing_within_the_ttl_and_comes_back(farm, failure):
+    async def scenario():
+        http = await EngineHttp(VLLM_METRICS).start()
+        engine, _ = farm.start("a", "map", address=http.url, capacity_blocks=1000, **PROBE)
+        (worker,) = engine.worker_ids
+        server = await router()
+        try:
+            async with VllmSidecar(f"127.0.0.1:{server.port}", [engine]):
+                await until(lambda: worker in server.workers, "the engine to register")
+                failed_at = time.monotonic()
+                if failure == "stopped":
+                    await http.stop()
+                else:
+                    http.state = failure
+                await until(lambda: worker not in server.workers, "the failed engine to leave")
+                # The last good probe came before the failure, its heartbeat
+                # at most one probe later.
+                assert time.monotonic() - failed_at <= TTL_S + 1.0 + PROBE["probe_timeout_s"]
+                if failure == "stopped":
+                    await http.start(http.port)
+                http.state = "up"
+                await until(lambda: worker in server.workers, "the engine to come back")
+        finally:
+            await http.stop()
+            await server.stop(grace=0)
+
+    run(scenario())
+
+
+def test_heartbeats_carry_the_engines_reported_load(farm):
+    async def scenario():
+        http = await EngineHttp(VLLM_METRICS).start()
+        engine, _ = farm.start("a", "map", address=http.url, capacity_blocks=1000, **PROBE)
+        (worker,) = engine.worker_ids
+        server = await router()
+        try:
+            async with VllmSidecar(f"127.0.0.1:{server.port}", [engine]):
+                # 2 waiting × a 400-token mean prompt; 25% of 1,000 blocks; 3 + 2.
+                await until(
+                    lambda: (
+                        worker in server.workers and server.policy.load(worker) == (800, 250, 5)
+                    ),
+                    "the engine's load to reach the router",
+                )
+        finally:
+            await http.stop()
+            await server.stop(grace=0)
+
+    run(scenario())
