@@ -234,6 +234,10 @@ class Leg:
             f"{MODEL}={self.tokenizer_dir}",
             "--http-max-requests",
             str(4 * max(self.args.max_concurrency)),
+            # The stub prefills nothing, so the router's predicted prefill
+            # backlog is no reason for admission to hold requests back.
+            "--http-max-backlog-ms",
+            "1e9",
             "--log-level",
             "warning",
         ]
@@ -363,15 +367,29 @@ def profile(args, leg: Leg, body: Path, out: Path) -> dict:
     return summarize(out.read_text())
 
 
+# A timed run ends with requests still open; a slow router keeps working on
+# them for a while, and the next run should not start behind them.
+SETTLE_S = 3
+
+
+def warm_up(args, leg: Leg, body: Path, rate: float | None) -> None:
+    """2 s of load: closed loop before the maxima, at `rate` before the
+    latency runs (a closed loop would leave a slow router a backlog)."""
+    concurrency = min(args.max_concurrency) if rate is None else args.latency_concurrency
+    oha(args, leg.url, body, seconds=2, concurrency=concurrency, rate=rate)
+    time.sleep(SETTLE_S)
+
+
 def measure(args, phase: str, leg: Leg, body: Path, rate: float | None, work: Path) -> dict:
     """The phase's runs on one leg: its maximum (the best closed-loop run), or its
     latency at `rate` over kept-alive connections and over a new connection
     a request, and, with --profile, kvrouter's profile."""
     if phase == "max":
-        runs = [
-            oha(args, leg.url, body, seconds=args.seconds, concurrency=c) | {"concurrency": c}
-            for c in args.max_concurrency
-        ]
+        runs = []
+        for concurrency in args.max_concurrency:
+            run = oha(args, leg.url, body, seconds=args.seconds, concurrency=concurrency)
+            runs.append(run | {"concurrency": concurrency})
+            time.sleep(SETTLE_S)
         return {"max": max(runs, key=lambda r: r["requests_per_s"]), "max_runs": runs}
     found = {}
     for key, keepalive in (("latency", True), ("latency_new_connections", False)):
@@ -384,6 +402,7 @@ def measure(args, phase: str, leg: Leg, body: Path, rate: float | None, work: Pa
             rate=rate,
             keepalive=keepalive,
         )
+        time.sleep(SETTLE_S)
     if args.profile and leg.name == "kvrouter":
         found["profile"] = profile(args, leg, body, work / "kvrouter.pyspy.txt")
     return found
@@ -431,7 +450,7 @@ def run(args) -> dict:
                 try:
                     with Leg(name, args, backend_url, tokenizer_dir, logs) as leg:
                         check_stream(leg.url, body_bytes, args.output_tokens)
-                        oha(args, leg.url, body, seconds=2, concurrency=args.latency_concurrency)
+                        warm_up(args, leg, body, rate)
                         results[name].update(measure(args, phase, leg, body, rate, work))
                 except (LegUnavailable, subprocess.CalledProcessError) as e:
                     results[name] = {"error": str(e)}
