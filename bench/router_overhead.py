@@ -9,6 +9,8 @@ Legs, one after another in one run, all in front of the same backend:
   worker (`WORKER_PROTOCOL_OPENAI`, kept alive by heartbeats from this
   process); the front door tokenizes the prompt, routes, POSTs the token ids
   to the backend with `return_token_ids` and re-encodes its stream;
+- kvrouter-token-ids: the same, sent the prompt as token ids, so that the
+  difference is the tokenizer's;
 - sglang-router and vllm-router (PyPI, from their own venv: `--router-venv`),
   each with its `cache_aware` policy.
 
@@ -59,7 +61,9 @@ from kvrouter.proto_gen import router_pb2_grpc
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "router_overhead.json"
 MODEL = "stub"
-LEGS = ("direct", "kvrouter", "sglang-router", "vllm-router")
+# kvrouter again, sent the prompt as token ids: the front door without its tokenizer.
+TOKEN_IDS_LEG = "kvrouter-token-ids"
+LEGS = ("direct", "kvrouter", TOKEN_IDS_LEG, "sglang-router", "vllm-router")
 RUST_ROUTERS = ("sglang-router", "vllm-router")
 WORDS = ("alpha", "beta", "gamma", "delta", "omega", "router", "cache", "prefix", "block")
 
@@ -182,7 +186,7 @@ class Leg:
         self.url = f"http://127.0.0.1:{port}"
         log = self.logs / f"{self.name}.log"
         try:
-            if self.name == "kvrouter":
+            if self.name in ("kvrouter", TOKEN_IDS_LEG):
                 self._start_kvrouter(port, log)
             else:
                 self.process = start(self._rust_router(port), log)
@@ -397,7 +401,7 @@ def measure(args, phase: str, leg: Leg, body: Path, rate: float | None, work: Pa
             args,
             leg.url,
             body,
-            seconds=args.seconds,
+            seconds=args.latency_seconds,
             concurrency=args.latency_concurrency,
             rate=rate,
             keepalive=keepalive,
@@ -418,10 +422,11 @@ def run(args) -> dict:
     tokenizer = ModelTokenizer.from_dir(tokenizer_dir)
     prompt = prompt_of(tokenizer, args.prompt_tokens)
     (token_id,) = tokenizer.encode(TOKEN_TEXT, add_special_tokens=False)
-    request = {"model": MODEL, "prompt": prompt, "max_tokens": args.output_tokens, "stream": True}
-    body_bytes = json.dumps(request).encode()
-    body = work / "body.json"
-    body.write_bytes(body_bytes)
+    bodies = {}
+    for kind, value in (("text", prompt), ("ids", tokenizer.encode(prompt))):
+        request = {"model": MODEL, "prompt": value, "max_tokens": args.output_tokens}
+        bodies[kind] = work / f"{kind}.json"
+        bodies[kind].write_text(json.dumps(request | {"stream": True}))
     backend_port = free_port()
     backend_url = f"http://127.0.0.1:{backend_port}"
     backend = start(
@@ -447,9 +452,10 @@ def run(args) -> dict:
             for name in args.legs:
                 if "error" in results[name]:
                     continue
+                body = bodies["ids" if name == TOKEN_IDS_LEG else "text"]
                 try:
                     with Leg(name, args, backend_url, tokenizer_dir, logs) as leg:
-                        check_stream(leg.url, body_bytes, args.output_tokens)
+                        check_stream(leg.url, body.read_bytes(), args.output_tokens)
                         warm_up(args, leg, body, rate)
                         results[name].update(measure(args, phase, leg, body, rate, work))
                 except (LegUnavailable, subprocess.CalledProcessError) as e:
@@ -467,6 +473,7 @@ def run(args) -> dict:
         "max_concurrency": args.max_concurrency,
         "latency_concurrency": args.latency_concurrency,
         "seconds_per_run": args.seconds,
+        "seconds_per_latency_run": args.latency_seconds,
         "backend_processes": args.backend_processes,
         "cpus": os.cpu_count(),
         "load_before": args.load_before,
@@ -542,7 +549,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="py-spy the kvrouter leg")
     parser.add_argument("--prompt-tokens", type=int, default=4096)
     parser.add_argument("--output-tokens", type=int, default=16)
-    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--seconds", type=float, default=10, help="each closed-loop run's")
+    # Longer: at half a slow router's maximum, 10 s holds too few requests for a p99.
+    parser.add_argument("--latency-seconds", type=float, default=20)
     # The maximum is the best of closed-loop runs at each: a router that holds
     # each response ~40 ms needs many connections to reach its CPU's limit.
     parser.add_argument("--max-concurrency", type=int, nargs="+", default=[64, 128, 256])
