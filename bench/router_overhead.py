@@ -23,8 +23,8 @@ First each leg's maximum requests/s (closed loop, `--max-concurrency`
 connections), then each leg's latency (p50, p99) at one fixed rate: half of
 kvrouter's own maximum (or `--rate`), so "added latency" compares legs at the
 same load and is kvrouter's at half its maximum, as issue 15 asks. With
-`--profile`, py-spy records the kvrouter process under closed-loop load and
-the share of samples in each part of the front door is reported.
+`--profile`, py-spy records each kvrouter leg's process under closed-loop
+load and the share of samples in each part of the front door is reported.
 
 Prints one table and writes bench/results/router_overhead.json.
 
@@ -387,7 +387,7 @@ def warm_up(args, leg: Leg, body: Path, rate: float | None) -> None:
 def measure(args, phase: str, leg: Leg, body: Path, rate: float | None, work: Path) -> dict:
     """The phase's runs on one leg: its maximum (the best closed-loop run), or its
     latency at `rate` over kept-alive connections and over a new connection
-    a request, and, with --profile, kvrouter's profile."""
+    a request, and, with --profile, a kvrouter leg's profile."""
     if phase == "max":
         runs = []
         for concurrency in args.max_concurrency:
@@ -407,8 +407,8 @@ def measure(args, phase: str, leg: Leg, body: Path, rate: float | None, work: Pa
             keepalive=keepalive,
         )
         time.sleep(SETTLE_S)
-    if args.profile and leg.name == "kvrouter":
-        found["profile"] = profile(args, leg, body, work / "kvrouter.pyspy.txt")
+    if args.profile and leg.name in ("kvrouter", TOKEN_IDS_LEG):
+        found["profile"] = profile(args, leg, body, work / f"{leg.name}.pyspy.txt")
     return found
 
 
@@ -515,14 +515,14 @@ def table(report: dict) -> str:
     connections and over a new connection a request, then the maximum."""
     nan = float("nan")
     rows = [
-        f"{'':15} {'kept-alive connections':^35} {'a new connection a request':^35}",
-        f"{'leg':15}"
+        f"{'':18} {'kept-alive connections':^35} {'a new connection a request':^35}",
+        f"{'leg':18}"
         + " {:>8} {:>8} {:>8} {:>8}".format("p50", "p99", "+p50", "+p99") * 2
         + f" {'max req/s':>10} {'vs faster Rust':>14}",
     ]
     for name, result in report["legs"].items():
         if "error" in result:
-            rows.append(f"{name:<15} ({result['error']})")
+            rows.append(f"{name:<18} ({result['error']})")
             continue
         cells = []
         for key in ("latency", "latency_new_connections"):
@@ -533,7 +533,7 @@ def table(report: dict) -> str:
         maximum = result.get("max", {}).get("requests_per_s", nan)
         ratio = result.get("max_vs_faster_rust_router", nan)
         rows.append(
-            f"{name:<15}"
+            f"{name:<18}"
             + "".join(f" {c:>8.2f}" for c in cells)
             + f" {maximum:>10.0f} {ratio:>14.2f}"
         )
@@ -546,7 +546,7 @@ def main() -> None:
     parser.add_argument("--router-venv", type=Path, default=Path.home() / "router-venv")
     parser.add_argument("--oha", default=shutil.which("oha") or "oha")
     parser.add_argument("--py-spy", help="py-spy binary (default: on PATH)")
-    parser.add_argument("--profile", action="store_true", help="py-spy the kvrouter leg")
+    parser.add_argument("--profile", action="store_true", help="py-spy the kvrouter legs")
     parser.add_argument("--prompt-tokens", type=int, default=4096)
     parser.add_argument("--output-tokens", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=10, help="each closed-loop run's")
