@@ -61,7 +61,7 @@ class ModelTokenizer:
         if not isinstance(text, str):
             raise ValueError("the prompt must be a string")
         try:
-            (encoding,) = self._tokenizer.encode_batch(
+            (encoding,) = self._tokenizer.encode_batch_fast(
                 [text], add_special_tokens=add_special_tokens
             )
         except TypeError:

@@ -22,6 +22,7 @@ from contextlib import aclosing
 
 import aiohttp
 import grpc
+import msgspec
 
 from kvrouter.net.credentials import Credentials
 from kvrouter.proto_gen import generation_pb2 as gen
@@ -115,8 +116,8 @@ class EngineClient:
         url = address.rstrip("/") + "/v1/completions"
         post = self._client().post(
             url,
-            json=completion_body(request, prompt),
-            headers={"X-Request-Id": request.request_id},
+            data=msgspec.json.encode(completion_body(request, prompt)),
+            headers={"X-Request-Id": request.request_id, "Content-Type": "application/json"},
         )
         try:
             response = await within(post, first_token_s, worker_id, deadline, "generate")
@@ -137,19 +138,25 @@ class EngineClient:
             last = None
             try:
                 async with aclosing(events):
-                    async for event in events:
-                        if event == "[DONE]":
-                            break
-                        parsed = None if last else _choice(worker_id, event)
-                        if parsed is None:
-                            continue  # no choice, or a usage summary after the last
-                        tokens, finish = parsed
-                        if finish:
-                            # Held until the stream ends, so that its connection is kept.
-                            last = parsed
-                        elif tokens:
+                    async for batch in events:
+                        # The events of one read are one chunk: as streamed, with
+                        # a chunk's cost paid once however many tokens it holds.
+                        tokens = []
+                        for event in batch:
+                            if event == "[DONE]" or last:
+                                break
+                            parsed = _choice(worker_id, event)
+                            if parsed is None:
+                                continue  # no choice, or a usage summary
+                            tokens += parsed[0]
+                            if parsed[1]:
+                                # Held until the stream ends, so that its connection is kept.
+                                last = (tokens, parsed[1])
+                        if last is None and tokens:
                             tokens_seen = True
                             yield tokens, 0
+                        if batch and batch[-1] == "[DONE]":
+                            break
             except (WorkerFailure, RequestFailed):
                 if last is None:
                     raise
@@ -174,8 +181,9 @@ async def _events(
     idle_s: Callable[[], float],
     worker_id: int,
     deadline: Deadline,
-) -> AsyncIterator[str]:
-    """The body's server-sent events' data, each read within `idle_s()`."""
+) -> AsyncIterator[list[str]]:
+    """The body's server-sent events' data, those of each read together,
+    each read within `idle_s()`."""
     parser = ServerSentEvents(prompt_tokens * EVENT_BYTES_PER_TOKEN + EVENT_BYTES_SLACK)
     while True:
         try:
@@ -186,8 +194,8 @@ async def _events(
             raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
         if not data:
             return
-        for event in parser.feed(data, worker_id):
-            yield event
+        if events := parser.feed(data, worker_id):
+            yield events
 
 
 class ServerSentEvents:
@@ -225,12 +233,15 @@ class ServerSentEvents:
         return events
 
 
+_decode_event = msgspec.json.Decoder().decode
+
+
 def _choice(worker_id: int, event: str) -> tuple[list[int], int] | None:
     """The first choice's new tokens and finish reason; None for an event
     with no choice (a usage summary)."""
     try:
-        payload = json.loads(event)
-    except ValueError:
+        payload = _decode_event(event)
+    except msgspec.DecodeError:
         raise WorkerFailure(
             worker_id, grpc.StatusCode.UNAVAILABLE, f"unreadable event {event[:80]!r}"
         ) from None

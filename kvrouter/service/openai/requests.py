@@ -9,6 +9,7 @@ that would change the answer and cannot be honoured (`echo`, `logprobs`,
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import msgspec
 
@@ -105,7 +106,7 @@ class CompletionRequest(_Sampling, kw_only=True):
             prompt = prompt[0]
         if isinstance(prompt, str):
             return prompt
-        if all(type(t) is int and 0 <= t < U32 for t in prompt):
+        if _token_ids(prompt):
             return prompt
         raise ValueError("prompt: a string, token ids, or a list of one of either")
 
@@ -115,3 +116,15 @@ class ChatCompletionRequest(_Sampling, kw_only=True):
     tools: list[dict] | None = None
     max_completion_tokens: int | None = None
     add_generation_prompt: bool = True
+
+
+TokenIds = list[Annotated[int, msgspec.Meta(ge=0, lt=U32)]]
+
+
+def _token_ids(values: list) -> bool:
+    """Whether every value is a token id: an int (not a bool) in 0..2^32-1."""
+    try:
+        msgspec.convert(values, TokenIds)
+    except msgspec.ValidationError:
+        return False
+    return True
