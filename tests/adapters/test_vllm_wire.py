@@ -128,7 +128,8 @@ def test_conversion_keeps_what_the_router_can_hash():
             BlockStored([5, 5], TOKENS, 16),
             BlockRemoved([b"\x01"], medium="cpu_pinned"),
             AllBlocksCleared(),
-        ]
+        ],
+        worker=1,
     )
     assert events == [
         Stored([1, 2], TOKENS, parent=9, namespace="model"),
@@ -153,7 +154,8 @@ def test_extra_keys_split_a_stored_event_at_namespace_changes():
                 lora_name="ad",
                 extra_keys=[("ad",), ("ad", "f" * 64), None],
             )
-        ]
+        ],
+        worker=1,
     )
     assert (plain.block_ids, plain.parent, plain.namespace) == ((1,), None, "ad")
     assert image.block_ids == (2,) and image.parent == 1 and image.namespace.startswith("ad#")
