@@ -243,19 +243,15 @@ def prefix_caching() -> dict:
     cap.step(kv)
     run_request(kv, b)
     cap.step(kv)
-    probes = [
-        probe("shared prefix, first branch", kv, a),
-        probe("shared prefix, second branch", kv, b),
-        probe("shared prefix only", kv, shared + TAIL),
-    ]
     # 8 fresh blocks need more than the 11 - 6 free ones: the oldest go.
     c = tokens(4, 8) + TAIL
     run_request(kv, c)
     cap.step(kv)
-    probes += [
-        probe("after eviction: first branch", kv, a),
-        probe("after eviction: second branch", kv, b),
-        probe("after eviction: the new prompt", kv, c),
+    probes = [
+        probe("shared prefix, first branch", kv, a),
+        probe("shared prefix, second branch", kv, b),
+        probe("shared prefix only", kv, shared + TAIL),
+        probe("the prompt that evicted them", kv, c),
     ]
     return {"engine": {}, "publishers": cap.finish(), "probes": probes}
 
@@ -337,7 +333,9 @@ def data_parallel(start_rank: int) -> dict:
         # A second, quiet step: the stream then has a batch 1 to probe for.
         cap.step(kv, rank)
         probes.append(probe(f"rank {rank}'s prompt", kv, prompt, rank=rank))
-    engine = {"data_parallel_start_rank": start_rank, "data_parallel_size": 2}
+    engine = {"data_parallel_size": 2}
+    if start_rank:
+        engine["data_parallel_start_rank"] = start_rank
     return {"engine": engine, "publishers": cap.finish(), "probes": probes}
 
 

@@ -70,11 +70,7 @@ class StreamSequencer:
         batch = self._decode(seq, payload)
         worker = self.stream.worker_for(None if batch is None else batch.data_parallel_rank)
         if worker is None:
-            # A rank this stream's engine entry does not hold (a
-            # misconfigured data_parallel_start_rank): attributing it to
-            # another rank's worker would corrupt that worker.
-            self.stats["foreign_rank"] += 1
-            return
+            worker = self.stream.worker_id
         expected = await self.sink.next_seq(worker)
         went_back = self.last_live is not None and seq <= self.last_live
         self.last_live = seq
@@ -205,5 +201,11 @@ class StreamSequencer:
         if batch is None:
             self.converter.offloaded.forget(worker)
             return WorkerBatch(worker, seq, [], resync=True)
+        if self.stream.worker_for(batch.data_parallel_rank) is None:
+            # A rank this engine entry does not hold (its
+            # data_parallel_start_rank is wrong): its blocks are not this
+            # worker's. The batch still counts, so the stream has no gap.
+            self.stats["foreign_rank"] += 1
+            return WorkerBatch(worker, seq, [], resync=resync)
         events = self.converter.convert(batch.events, worker, fresh=resync)
         return WorkerBatch(worker, seq, events, resync=resync)
