@@ -4,7 +4,7 @@
 [[engines]]
 name = "llama-a"                           # stable: worker ids derive from it
 endpoint = "tcp://10.0.0.5:5557"           # the engine's KV event PUB socket
-replay_endpoint = "tcp://10.0.0.5:5558"    # its ROUTER replay socket (optional)
+replay_endpoint = "tcp://10.0.0.5:5657"    # its ROUTER replay socket (optional)
 data_parallel_size = 2                     # DP ranks on this node
 data_parallel_start_rank = 0               # the first one's global rank
 role = "both"                              # prefill | decode | both
