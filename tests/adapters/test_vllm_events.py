@@ -79,10 +79,10 @@ def test_medium_becomes_the_tier(farm, encoding):
     run(scenario())
 
 
-def test_lora_extra_keys_and_kv_groups(farm):
+def test_lora_and_extra_keys(farm):
     engine, (pub,) = farm.start("a", "map")
     hasher = EngineHasher(as_bytes=True)
-    adapter, salted, text = prompt(1, 2), prompt(2, 3), prompt(3, 2)
+    adapter, salted = prompt(1, 2), prompt(2, 3)
 
     async def scenario():
         index = PrefixIndex(BS)
@@ -100,9 +100,6 @@ def test_lora_extra_keys_and_kv_groups(farm):
                     ),
                     # A cache salt rides in the first block's extra keys only.
                     vs.stored("map", salted_ids, salted, extra_keys=[("tenant-7",), None, None]),
-                    # A second KV cache group (hybrid model) is not indexed.
-                    vs.stored("map", hasher.hashes(text), text, group_idx=1),
-                    vs.stored("map", [h + b"g0" for h in hasher.hashes(text)], text, group_idx=0),
                 ]
             )
             await delivered(index, worker, seq)
@@ -112,8 +109,7 @@ def test_lora_extra_keys_and_kv_groups(farm):
             }
             # Salted blocks never match a plain query of the same tokens.
             assert index.find_matches_for_tokens(salted).scores == {}
-            assert index.workers()[worker][0] == 2 + 3 + 2
-            assert index.find_matches_for_tokens(text).scores == {worker: 2}
+            assert index.workers()[worker][0] == 2 + 3
 
     run(scenario())
 

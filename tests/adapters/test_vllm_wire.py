@@ -128,7 +128,8 @@ def test_conversion_keeps_what_the_router_can_hash():
             BlockStored([5, 5], TOKENS, 16),
             BlockRemoved([b"\x01"], medium="cpu_pinned"),
             AllBlocksCleared(),
-        ]
+        ],
+        worker=1,
     )
     assert events == [
         Stored([1, 2], TOKENS, parent=9, namespace="model"),
@@ -153,7 +154,8 @@ def test_extra_keys_split_a_stored_event_at_namespace_changes():
                 lora_name="ad",
                 extra_keys=[("ad",), ("ad", "f" * 64), None],
             )
-        ]
+        ],
+        worker=1,
     )
     assert (plain.block_ids, plain.parent, plain.namespace) == ((1,), None, "ad")
     assert image.block_ids == (2,) and image.parent == 1 and image.namespace.startswith("ad#")
@@ -188,3 +190,44 @@ def test_engines_load_from_toml_with_dp_ranks(tmp_path):
 def test_bad_engine_configs_say_what_is_wrong(config, message):
     with pytest.raises(ValueError, match=message):
         load_engines(config)
+
+
+def test_vllm_033_fields_decode():
+    """Every field vLLM 0.33 adds, set, as it encodes them (tagged maps in a
+    positional batch)."""
+    stored = {
+        "type": "BlockStored",
+        "block_hashes": [1, 2],
+        "parent_block_hash": None,
+        "token_ids": TOKENS,
+        "block_size": 16,
+        "lora_id": None,
+        "medium": "STORAGE",
+        "lora_name": None,
+        "extra_keys": [None, None],
+        "group_idx": 0,
+        "kv_cache_spec_kind": "full_attention",
+        "kv_cache_spec_sliding_window": None,
+        "locality": "LOCAL",
+        "ownership": "nvme-0",
+        "session_id": "s-1",
+        "lookahead_token_ids": [[16], [99]],
+    }
+    removed = {
+        "type": "BlockRemoved",
+        "block_hashes": [2],
+        "medium": "STORAGE",
+        "group_idx": 0,
+        "locality": "LOCAL",
+        "ownership": "nvme-0",
+    }
+    batch = decode_batch(encode([1.0, [stored, removed], 3]))
+    assert batch.data_parallel_rank == 3 and not batch.skipped_tags
+    event, gone = batch.events
+    assert (event.locality, event.ownership, event.session_id) == ("LOCAL", "nvme-0", "s-1")
+    assert event.lookahead_token_ids == [[16], [99]]
+    assert (gone.locality, gone.ownership) == ("LOCAL", "nvme-0")
+    converted = EventConverter(block_size=16).convert(batch.events, worker=1)
+    assert [e.tier for e in converted] == [Tier.DISK, Tier.DISK, Tier.DISK]
+    # Lookahead tokens put each block in its own namespace.
+    assert all(e.namespace.startswith("#") for e in converted[:2])

@@ -93,7 +93,7 @@ def check_payload(payload: bytes) -> None:
     except WireError as e:
         assert str(e)
         return
-    converted = EventConverter(BLOCK).convert(batch.events)
+    converted = EventConverter(BLOCK).convert(batch.events, worker=7)
     index = PrefixIndex(BLOCK)
     before = _index_state(index)
     try:

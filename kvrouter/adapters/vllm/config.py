@@ -4,8 +4,9 @@
 [[engines]]
 name = "llama-a"                           # stable: worker ids derive from it
 endpoint = "tcp://10.0.0.5:5557"           # the engine's KV event PUB socket
-replay_endpoint = "tcp://10.0.0.5:5558"    # its ROUTER replay socket (optional)
-data_parallel_size = 2                     # DP rank r publishes on port + r
+replay_endpoint = "tcp://10.0.0.5:5657"    # its ROUTER replay socket (optional)
+data_parallel_size = 2                     # DP ranks on this node
+data_parallel_start_rank = 0               # the first one's global rank
 role = "both"                              # prefill | decode | both
 address = "http://10.0.0.5:8000"           # its OpenAI server: probed, and what clients call
 probe_interval_s = 0.5                     # /health and /metrics every this often
@@ -16,8 +17,11 @@ adapters = ["sql"]                         # LoRA adapters it serves: "llama-3-8
 namespace = ""                             # cache salt its blocks hash with
 ```
 
-`worker_ids = [11, 12]` pins the worker id of each DP rank; by default they
-derive from the name, so every router replica and restart agrees on them.
+Global DP rank r publishes on the endpoints' ports + r, as vLLM offsets
+them, and stamps its batches with r. `worker_ids = [11, 12]` pins the worker
+id of each of this node's DP ranks, in rank order; by default they derive
+from the name and the global rank, so every router replica, restart and node
+agrees on them.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class EngineConfig:
     endpoint: str
     replay_endpoint: str | None = None
     data_parallel_size: int = 1
+    data_parallel_start_rank: int = 0
     worker_ids: tuple[int, ...] = ()
     role: str = "both"
     # The engine's OpenAI-compatible server, its base URL: the router sends
@@ -57,8 +62,6 @@ class EngineConfig:
     namespace: str = ""
     # ZMQ topic prefix to subscribe to ("" is every message).
     topic: str = ""
-    # The KV cache group indexed for hybrid models.
-    kv_group: int = 0
     streams: tuple[Stream, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -70,23 +73,27 @@ class EngineConfig:
             )
         if self.data_parallel_size < 1:
             raise ValueError(f"engine {self.name}: data_parallel_size must be >= 1")
+        if self.data_parallel_start_rank < 0:
+            raise ValueError(f"engine {self.name}: data_parallel_start_rank must be >= 0")
         if self.worker_ids and len(self.worker_ids) != self.data_parallel_size:
             raise ValueError(
                 f"engine {self.name}: worker_ids needs one id per DP rank "
                 f"({self.data_parallel_size}), got {len(self.worker_ids)}"
             )
-        ids = self.worker_ids or tuple(
-            stable_worker_id(self.name, r) for r in range(self.data_parallel_size)
+        ranks = range(
+            self.data_parallel_start_rank, self.data_parallel_start_rank + self.data_parallel_size
         )
+        ids = self.worker_ids or tuple(stable_worker_id(self.name, r) for r in ranks)
+        rank_workers = dict(zip(ranks, ids, strict=True))
         streams = tuple(
             Stream(
                 self.name,
                 rank,
                 offset_endpoint(self.endpoint, rank),
                 self.replay_endpoint and offset_endpoint(self.replay_endpoint, rank),
-                ids,
+                rank_workers,
             )
-            for rank in range(self.data_parallel_size)
+            for rank in ranks
         )
         object.__setattr__(self, "worker_ids", ids)
         object.__setattr__(self, "streams", streams)
@@ -97,20 +104,23 @@ class Stream:
     """One DP rank's publisher: its own sockets and its own batch numbers."""
 
     engine: str
+    # Global: what vLLM stamps the rank's batches with.
     dp_rank: int
     endpoint: str
     replay_endpoint: str | None
-    rank_workers: tuple[int, ...]
+    # Global DP rank -> worker id, for the ranks of this engine entry.
+    rank_workers: dict[int, int]
 
     @property
     def worker_id(self) -> int:
         return self.rank_workers[self.dp_rank]
 
-    def worker_for(self, dp_rank: int | None) -> int:
-        """The worker a batch speaks for: its own DP rank when it names one."""
-        if dp_rank is None or dp_rank >= len(self.rank_workers):
+    def worker_for(self, dp_rank: int | None) -> int | None:
+        """The worker a batch speaks for: its own DP rank when it names one;
+        None for a rank this entry does not hold."""
+        if dp_rank is None:
             return self.worker_id
-        return self.rank_workers[dp_rank]
+        return self.rank_workers.get(dp_rank)
 
 
 def stable_worker_id(name: str, dp_rank: int) -> int:

@@ -15,8 +15,17 @@
   hashes, a cache salt) is not determined by its tokens alone. It hashes in a
   namespace derived from those keys, so it (and, through the chain, every
   block after it) never matches a query made of the same tokens.
-- Hybrid models report one stream per KV cache group; only `kv_group` is
-  indexed (its blocks determine prefix reuse for the whole model).
+- SGLang's cache salt (`metadata.cache_salt`) and a speculative engine's
+  lookahead tokens (`lookahead_token_ids`: the tokens after each block that
+  went into its hash) count as extra keys: such blocks never match a plain
+  prompt.
+- Offloading placeholders (a block's hash, no tokens, `block_size` 0) are
+  skipped: the router cannot place a block whose tokens it does not know.
+- Hybrid models (a KV cache group other than 0, or a group kind other than
+  full attention) are not indexed at all: vLLM reuses a prefix only as far as
+  every group holds what it needs, which one group's blocks overstate. The
+  first such event clears the worker; the engine's events are skipped from
+  then on.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from typing import Any
 import msgspec
 
 from kvrouter._core import ADAPTER_SEPARATOR, model_namespace
+from kvrouter.adapters.vllm.holds import OffloadedHolds
 from kvrouter.adapters.vllm.wire import (
     AllBlocksCleared,
     BlockHash,
@@ -66,29 +76,45 @@ def engine_block_id(block_hash: BlockHash) -> int:
 class EventConverter:
     """Converts one engine's events; counts what it had to skip."""
 
-    def __init__(
-        self, block_size: int, namespace: str = "", kv_group: int = 0, *, model: str = ""
-    ) -> None:
+    def __init__(self, block_size: int, namespace: str = "", *, model: str = "") -> None:
         self.block_size = block_size
         self.model = model
         self.salt = namespace
         self.namespace = model_namespace(model, namespace)
-        self.kv_group = kv_group
+        self.hybrid = False
         self.skipped: Counter[str] = Counter()
+        self.offloaded = OffloadedHolds()
 
-    def convert(self, events: list[WireEvent]) -> list[Event]:
+    def convert(self, events: list[WireEvent], worker: int, *, fresh: bool = False) -> list[Event]:
+        """One batch of `worker`'s events; `fresh`: the batch starts the
+        worker anew (a resync)."""
+        if fresh:
+            self.offloaded.forget(worker)
         out: list[Event] = []
+        if not self.hybrid and any(_hybrid(event) for event in events):
+            self.hybrid = True
+            log.warning("hybrid KV cache groups: the engine's blocks are not indexed")
+        if self.hybrid:
+            self.offloaded.forget(worker)
+            self._skip("hybrid_kv_groups")
+            return [Cleared()]
         for event in events:
             if isinstance(event, AllBlocksCleared):
+                self.offloaded.forget(worker)
                 out.append(Cleared())
-            elif not self._in_group(getattr(event, "group_idx", None)):
-                self._skip("other_kv_group")
             elif (tier := self._tier(event.medium)) is None:
                 self._skip("unknown_medium", event.medium)
             elif isinstance(event, BlockRemoved):
-                out.append(Removed([engine_block_id(h) for h in event.block_hashes], tier))
+                ids = self.offloaded.removed(worker, tier, map(engine_block_id, event.block_hashes))
+                if ids:
+                    out.append(Removed(ids, tier))
+            elif event.placeholder:
+                self._skip("offload_placeholder")
             else:
-                out.extend(self._stored(event, tier))
+                stored = self._stored(event, tier)
+                for run in stored:
+                    self.offloaded.stored(worker, tier, run.block_ids)
+                out.extend(stored)
         return out
 
     def _stored(self, event: BlockStored, tier: Tier) -> list[Stored]:
@@ -113,10 +139,7 @@ class EventConverter:
             else (f"lora-{event.lora_id}" if isinstance(event.lora_id, int) else None)
         )
         base = self._adapter_namespace(lora) if lora else self.namespace
-        extra = event.extra_keys if isinstance(event.extra_keys, list) else []
-        namespaces = [
-            _namespace(base, extra[i] if i < len(extra) else None, lora) for i in range(full)
-        ]
+        namespaces = [_namespace(base, _extra_keys(event, i), lora) for i in range(full)]
         runs: list[Stored] = []
         start = 0
         for end in range(1, full + 1):
@@ -138,9 +161,6 @@ class EventConverter:
             return lora
         return model_namespace(f"{self.model}{ADAPTER_SEPARATOR}{lora}", self.salt)
 
-    def _in_group(self, group: Any) -> bool:
-        return not isinstance(group, int) or group == self.kv_group
-
     @staticmethod
     def _tier(medium: Any) -> Tier | None:
         if medium is None:
@@ -153,6 +173,32 @@ class EventConverter:
                 "skipping vLLM events", extra={"fields": {"reason": reason, "detail": repr(detail)}}
             )
         self.skipped[reason] += 1
+
+
+# KV cache group kinds whose blocks alone decide prefix reuse.
+FULL_PREFIX_KINDS = (None, "full_attention", "mla_attention")
+
+
+def _hybrid(event: WireEvent) -> bool:
+    if not isinstance(event, BlockStored):
+        return isinstance(event, BlockRemoved) and event.group_idx not in (None, 0)
+    return event.group_idx not in (None, 0) or event.kv_cache_spec_kind not in FULL_PREFIX_KINDS
+
+
+def _extra_keys(event: BlockStored, i: int) -> list[Any] | None:
+    """What besides its tokens went into block `i`'s hash."""
+    keys = (
+        event.extra_keys[i]
+        if isinstance(event.extra_keys, list) and i < len(event.extra_keys)
+        else None
+    )
+    keys = list(keys) if isinstance(keys, (list, tuple)) else []
+    if event.cache_salt is not None:
+        keys.append(event.cache_salt)
+    lookahead = event.lookahead_token_ids
+    if lookahead is not None and i < len(lookahead):
+        keys.append(["lookahead", lookahead[i]])
+    return keys or None
 
 
 def _namespace(base: str, keys: Any, lora: str | None) -> str:

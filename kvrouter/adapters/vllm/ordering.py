@@ -35,8 +35,8 @@ from collections.abc import Awaitable, Callable
 from kvrouter.adapters.sink import BatchSink
 from kvrouter.adapters.vllm.config import Stream
 from kvrouter.adapters.vllm.convert import EventConverter
-from kvrouter.adapters.vllm.wire import WireError, decode_batch
-from kvrouter.events import Event, WorkerBatch
+from kvrouter.adapters.vllm.wire import EngineBatch, WireError, decode_batch
+from kvrouter.events import WorkerBatch
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +67,10 @@ class StreamSequencer:
         self.cleared_at: int | None = None
 
     async def on_message(self, seq: int, payload: bytes) -> None:
-        rank, events = self._decode(seq, payload)
-        worker = self.stream.worker_for(rank)
+        batch = self._decode(seq, payload)
+        worker = self.stream.worker_for(None if batch is None else batch.data_parallel_rank)
+        if worker is None:
+            worker = self.stream.worker_id
         expected = await self.sink.next_seq(worker)
         went_back = self.last_live is not None and seq <= self.last_live
         self.last_live = seq
@@ -91,7 +93,7 @@ class StreamSequencer:
         elif seq < expected:
             self.stats["duplicates"] += 1
         elif seq == expected:
-            await self._deliver(_batch(worker, seq, events))
+            await self._deliver(self._batch(worker, seq, batch))
         else:
             self.stats["gaps"] += 1
             found, _ = await self._fetch(expected, seq)
@@ -131,6 +133,7 @@ class StreamSequencer:
             await self._deliver_run(worker, 0, newest, found, restarted=True)
             self.probed_upto = newest
         else:
+            self.converter.offloaded.forget(worker)
             await self._deliver(WorkerBatch(worker, expected - 1, [], resync=True))
             self.cleared_at = expected - 1
 
@@ -164,8 +167,8 @@ class StreamSequencer:
                 },
             )
         for number in range(first, end + 1):
-            _, events = self._decode(number, found[number])
-            await self._deliver(_batch(worker, number, events, resync and number == first))
+            batch = self._decode(number, found[number])
+            await self._deliver(self._batch(worker, number, batch, resync and number == first))
 
     def _where(self) -> dict[str, object]:
         return {"engine": self.stream.engine, "dp_rank": self.stream.dp_rank}
@@ -174,9 +177,8 @@ class StreamSequencer:
         await self.sink.deliver(batch)
         self.stats["batches"] += 1
 
-    def _decode(self, seq: int, payload: bytes) -> tuple[int | None, list[Event] | None]:
-        """The batch's DP rank and events; None events for a batch that cannot
-        be read."""
+    def _decode(self, seq: int, payload: bytes) -> EngineBatch | None:
+        """The batch, or None for one that cannot be read."""
         try:
             batch = decode_batch(payload)
         except WireError as exc:
@@ -185,13 +187,25 @@ class StreamSequencer:
                 "unreadable batch; clearing the worker",
                 extra={"fields": {**self._where(), "seq": seq, "error": str(exc)}},
             )
-            return None, None
+            return None
         for tag in batch.skipped_tags:
             self.stats[f"unknown_event:{tag}"] += 1
-        return batch.data_parallel_rank, self.converter.convert(batch.events)
+        return batch
 
-
-def _batch(worker: int, seq: int, events: list[Event] | None, resync: bool = False) -> WorkerBatch:
-    """An unreadable batch (None events) becomes an empty resync: it clears
-    the worker rather than risk keeping blocks it removed."""
-    return WorkerBatch(worker, seq, events or [], resync=resync or events is None)
+    def _batch(
+        self, worker: int, seq: int, batch: EngineBatch | None, resync: bool = False
+    ) -> WorkerBatch:
+        """Converted as it is delivered, since conversion counts the offloaded
+        blocks a worker holds. An unreadable batch becomes an empty resync: it
+        clears the worker rather than risk keeping blocks it removed."""
+        if batch is None:
+            self.converter.offloaded.forget(worker)
+            return WorkerBatch(worker, seq, [], resync=True)
+        if self.stream.worker_for(batch.data_parallel_rank) is None:
+            # A rank this engine entry does not hold (its
+            # data_parallel_start_rank is wrong): its blocks are not this
+            # worker's. The batch still counts, so the stream has no gap.
+            self.stats["foreign_rank"] += 1
+            return WorkerBatch(worker, seq, [], resync=resync)
+        events = self.converter.convert(batch.events, worker, fresh=resync)
+        return WorkerBatch(worker, seq, events, resync=resync)

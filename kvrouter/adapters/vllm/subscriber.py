@@ -53,9 +53,7 @@ class EngineSubscriber:
             raise RuntimeError("already started")
         self._ctx = zmq.asyncio.Context()
         for engine in self.engines:
-            converter = EventConverter(
-                self.block_size, engine.namespace, engine.kv_group, model=engine.model
-            )
+            converter = EventConverter(self.block_size, engine.namespace, model=engine.model)
             self.converters[engine.name] = converter
             for stream in engine.streams:
                 sock = self._ctx.socket(zmq.SUB)

@@ -1,19 +1,25 @@
-"""vLLM's KV event wire format (SGLang ships the same one), decoded by tag and
-field name.
+"""vLLM's KV event wire format (SGLang ships a variant of it), decoded by tag
+and field name.
 
-A ZMQ message is `[topic, seq (8-byte big-endian), payload]`; the payload is a
-msgpack `EventBatch`. vLLM has shipped two encodings of it:
+A ZMQ message is `[topic, seq (8-byte big-endian), payload]`; a replay answer
+is `[b"", topic, seq, payload]` per batch, ended by `[b"", b"", -1, b""]`
+(older engines leave the topic out). The payload is a msgpack `EventBatch`,
+always positional: `[ts, events, data_parallel_rank]` (a map with those keys
+is read too). Its events come in two encodings:
 
-- positional: msgspec `array_like=True` structs. A batch is
-  `[ts, events, data_parallel_rank]` and an event is `[tag, field, ...]` with
-  the fields in declaration order;
-- tagged maps: a batch is `{"ts", "events", "data_parallel_rank"}` and an
-  event is a map whose `"type"` key holds the tag.
+- tagged maps, what vLLM sends (0.33 included): `{"type": tag, field: ...}`,
+  fields left out when they hold their default;
+- positional, what SGLang and older vLLM send: `[tag, field, ...]` in
+  declaration order.
 
 Fields have only ever been appended, so positional events are read by
 position up to the fields known here and anything after is ignored; maps are
-read by name and unknown keys are ignored. Events with an unknown tag are
-skipped and reported in `EngineBatch.skipped_tags`.
+read by name and unknown keys are ignored. The one divergence is SGLang's
+seventh field: vLLM's is `lora_name` (a string), SGLang's newest
+`BlockStoredWithMetadata` puts `metadata` there, a map with its cache salt
+(sgl-project/sglang, python/sglang/srt/disaggregation/kv_events.py; older
+SGLang stops at `medium`). It is told apart by its type. Events with an
+unknown tag are skipped and reported in `EngineBatch.skipped_tags`.
 """
 
 from __future__ import annotations
@@ -35,8 +41,14 @@ STORED_FIELDS = (
     "lora_name",
     "extra_keys",
     "group_idx",
+    "kv_cache_spec_kind",
+    "kv_cache_spec_sliding_window",
+    "locality",
+    "ownership",
+    "session_id",
+    "lookahead_token_ids",
 )
-REMOVED_FIELDS = ("block_hashes", "medium", "group_idx")
+REMOVED_FIELDS = ("block_hashes", "medium", "group_idx", "locality", "ownership")
 
 BlockHash = int | bytes
 
@@ -58,6 +70,25 @@ class BlockStored:
     # (multimodal hashes, LoRA name, cache salt, prompt-embedding hashes).
     extra_keys: list[Any] | None = None
     group_idx: int | None = None
+    # "full_attention", "sliding_window", "mamba", ...: what kind of KV cache
+    # group the blocks belong to (vLLM 0.33 on).
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
+    # Speculative (EAGLE) engines hash each block with the tokens after it,
+    # one list per block.
+    lookahead_token_ids: list[list[int]] | None = None
+    # SGLang's cache salt (its `metadata` field).
+    cache_salt: str | None = None
+
+    @property
+    def placeholder(self) -> bool:
+        """vLLM's offloading connector announces offloaded blocks without
+        tokens or block size unless `self_describing_kv_events` is on: such
+        an event says a block exists, not what it holds."""
+        return self.block_size == 0 and not self.token_ids
 
 
 @dataclass
@@ -65,6 +96,8 @@ class BlockRemoved:
     block_hashes: list[BlockHash]
     medium: str | None = None
     group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
 
 
 @dataclass
@@ -132,6 +165,8 @@ def _fields(names: tuple[str, ...], values: dict | list) -> dict[str, Any]:
 def _build(tag: Any, values: dict | list, index: int) -> WireEvent | None:
     if tag == "BlockStored":
         got = _fields(STORED_FIELDS, values)
+        if isinstance(got.get("lora_name"), dict):
+            got["cache_salt"] = _salt(got.pop("lora_name"), index)
         for required in ("block_hashes", "token_ids", "block_size"):
             if required not in got:
                 raise WireError(f"event {index}: BlockStored without {required}")
@@ -139,9 +174,13 @@ def _build(tag: Any, values: dict | list, index: int) -> WireEvent | None:
         _check_hashes(event.block_hashes, index)
         if event.parent_block_hash is not None:
             _check_hashes([event.parent_block_hash], index)
-        if not isinstance(event.block_size, int) or event.block_size <= 0:
+        if not isinstance(event.block_size, int) or event.block_size < 0:
             raise WireError(f"event {index}: bad block_size {event.block_size!r}")
         event.token_ids = _tokens(event.token_ids, index)
+        if event.block_size == 0 and not event.placeholder:
+            raise WireError(f"event {index}: block_size 0 with tokens")
+        if event.lookahead_token_ids is not None:
+            event.lookahead_token_ids = _lookahead(event.lookahead_token_ids, index)
         return event
     if tag == "BlockRemoved":
         got = _fields(REMOVED_FIELDS, values)
@@ -160,6 +199,19 @@ def _check_hashes(hashes: Any, index: int) -> None:
         isinstance(h, (int, bytes)) and not isinstance(h, bool) for h in hashes
     ):
         raise WireError(f"event {index}: block hashes must be ints or bytes")
+
+
+def _salt(metadata: dict, index: int) -> str | None:
+    salt = metadata.get("cache_salt")
+    if salt is not None and not isinstance(salt, str):
+        raise WireError(f"event {index}: cache_salt is not a string")
+    return salt
+
+
+def _lookahead(lists: Any, index: int) -> list[list[int]]:
+    if not isinstance(lists, list) or not all(isinstance(tokens, list) for tokens in lists):
+        raise WireError(f"event {index}: lookahead_token_ids is not a list of lists")
+    return [_tokens(tokens, index) for tokens in lists]
 
 
 def _tokens(tokens: Any, index: int) -> list[int]:
