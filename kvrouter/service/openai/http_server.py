@@ -30,6 +30,9 @@ class HttpServer:
         host, _, port = listen.rpartition(":")
         family = socket.AF_INET6 if host.startswith("[") else socket.AF_INET
         self.socket = socket.create_server((host.strip("[]"), int(port)), family=family)
+        # Accepted sockets inherit it: each SSE event goes out as written,
+        # not held back for the client's delayed ACK.
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.port = self.socket.getsockname()[1]
         config = uvicorn.Config(
             app,
