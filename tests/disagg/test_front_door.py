@@ -229,7 +229,7 @@ def test_a_body_that_trickles_in_gets_408(front_door):
             b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
             b'content-length: 100\r\n\r\n{"model": '
         )
-        answer = sock.recv(65536).decode()
+        answer = _read_answer(sock)
     assert answer.startswith("HTTP/1.1 408"), answer
     assert f"within {BODY_TIMEOUT_S} s" in answer
 
@@ -255,6 +255,23 @@ def test_a_body_over_the_limit_is_413_before_it_is_read(front_door):
             b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
             + f"content-length: {size}\r\n\r\n".encode()
         )
-        answer = sock.recv(65536).decode()
+        answer = _read_answer(sock)
     assert answer.startswith("HTTP/1.1 413"), answer
     assert "request body is over" in answer
+
+
+def _read_answer(sock: socket.socket) -> str:
+    """One whole answer, its headers and body (which may come in separate
+    writes), read to its content-length."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return (head + b"\r\n\r\n" + body).decode()
