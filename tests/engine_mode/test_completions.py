@@ -112,3 +112,20 @@ def test_models_health_and_refusals_read_as_vllms(client, engine_worker):
         client.completions.create(model="other", prompt=PROMPT, max_tokens=1)
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1, logprobs=2)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1, seed="7")
+
+
+def test_a_stop_token_ends_the_completion_and_is_named(client, reference):
+    greedy = reference(PROMPT, 6)
+    stop = greedy[2]
+    answer = client.completions.create(
+        model=MODEL,
+        prompt=PROMPT,
+        max_tokens=6,
+        temperature=0,
+        extra_body={"return_token_ids": True, "stop_token_ids": [stop]},
+    )
+    choice = answer.choices[0]
+    assert (choice.finish_reason, choice.model_extra["stop_reason"]) == ("stop", stop)
+    assert choice.model_extra["token_ids"] == greedy[: greedy.index(stop) + 1]

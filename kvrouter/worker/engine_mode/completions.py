@@ -35,11 +35,7 @@ def parse(body: Any) -> CompletionRequest:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
         prompt = prompt[0]
-    if (
-        not isinstance(prompt, list)
-        or not prompt
-        or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt)
-    ):
+    if not isinstance(prompt, list) or not prompt or not all(_is_int(t) and t >= 0 for t in prompt):
         raise ValueError("prompt must be a non-empty list of token ids (or a list of one)")
     for name in UNSUPPORTED:
         if body.get(name):
@@ -47,19 +43,21 @@ def parse(body: Any) -> CompletionRequest:
     if (body.get("n") or 1) != 1:
         raise ValueError("only n=1 is served")
     stream_options = body.get("stream_options") or {}
-    try:
-        params = SamplingParams(
-            max_tokens=_or(body.get("max_tokens"), DEFAULT_MAX_TOKENS),
-            temperature=float(_or(body.get("temperature"), DEFAULT_TEMPERATURE)),
-            top_p=float(_or(body.get("top_p"), 1.0)),
-            # vLLM's -1 and our 0 both mean no top-k cut.
-            top_k=max(0, _or(body.get("top_k"), 0)),
-            seed=body.get("seed"),
-            ignore_eos=bool(body.get("ignore_eos")),
-            stop_token_ids=tuple(body.get("stop_token_ids") or ()),
-        )
-    except TypeError as e:
-        raise ValueError(f"bad sampling settings: {e}") from None
+    if not isinstance(stream_options, dict):
+        raise ValueError("stream_options must be an object")
+    stop_token_ids = body.get("stop_token_ids") or []
+    if not isinstance(stop_token_ids, list) or not all(_is_int(t) for t in stop_token_ids):
+        raise ValueError("stop_token_ids must be a list of token ids")
+    params = SamplingParams(
+        max_tokens=_field(body, "max_tokens", int, DEFAULT_MAX_TOKENS),
+        temperature=float(_field(body, "temperature", float, DEFAULT_TEMPERATURE)),
+        top_p=float(_field(body, "top_p", float, 1.0)),
+        # vLLM's -1 and our 0 both mean no top-k cut.
+        top_k=max(0, _field(body, "top_k", int, 0)),
+        seed=_field(body, "seed", int, None),
+        ignore_eos=bool(body.get("ignore_eos")),
+        stop_token_ids=tuple(stop_token_ids),
+    )
     return CompletionRequest(
         prompt=prompt,
         params=params,
@@ -69,8 +67,18 @@ def parse(body: Any) -> CompletionRequest:
     )
 
 
-def _or(value, default):
-    return default if value is None else value
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _field(body: dict, name: str, kind: type, default):
+    """`body[name]`, an int (or, for a float, any number), or `default` when absent or null."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not (_is_int(value) or (kind is float and isinstance(value, float))):
+        raise ValueError(f"{name} must be {'a number' if kind is float else 'an integer'}")
+    return value
 
 
 def completion_id() -> str:
