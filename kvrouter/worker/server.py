@@ -156,9 +156,15 @@ class WorkerServer:
     async def _serve_as_vllm(self, c: WorkerConfig) -> None:
         """vLLM's OpenAI HTTP API and ZMQ KV events, on this process's loop."""
         # The frontend and adapters extras: imported only in this mode.
-        from kvrouter.net.http_server import HttpServer
-        from kvrouter.worker.engine_mode.app import EngineApi
-        from kvrouter.worker.engine_mode.kv_events import ZmqEventPublisher
+        try:
+            from kvrouter.net.http_server import HttpServer
+            from kvrouter.worker.engine_mode.app import EngineApi
+            from kvrouter.worker.engine_mode.kv_events import ZmqEventPublisher
+        except ModuleNotFoundError as e:
+            raise RuntimeError(
+                f"the engine-compatible mode needs {e.name}, not installed: "
+                "pip install 'kvrouter[engine,frontend,adapters]'"
+            ) from None
 
         self.kv_events = ZmqEventPublisher(
             c.vllm_kv_events_endpoint,
