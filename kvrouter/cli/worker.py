@@ -67,6 +67,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ca-file", default="", help="PEM CA of the router's and peers' certs")
     parser.add_argument("--client-cert-file", default="", help="PEM; for mTLS router and peers")
     parser.add_argument("--client-key-file", default="")
+    parser.add_argument(
+        "--vllm-http-listen",
+        default="",
+        metavar="HOST:PORT",
+        help="engine-compatible mode: serve vLLM 0.33's OpenAI API here (with "
+        "--vllm-kv-events-endpoint); the worker joins routers only when --router is given",
+    )
+    parser.add_argument(
+        "--vllm-kv-events-endpoint",
+        default="",
+        metavar="ZMQ",
+        help="engine-compatible mode: bind vLLM's KV event PUB socket here (tcp://HOST:PORT)",
+    )
+    parser.add_argument(
+        "--vllm-kv-events-replay-endpoint",
+        default="",
+        metavar="ZMQ",
+        help="engine-compatible mode: bind the events' replay ROUTER socket here",
+    )
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--log-format", default="json", choices=("json", "text"))
 
@@ -128,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
         ca_file=args.ca_file,
         client_cert_file=args.client_cert_file,
         client_key_file=args.client_key_file,
+        vllm_http_listen=args.vllm_http_listen,
+        vllm_kv_events_endpoint=args.vllm_kv_events_endpoint,
+        vllm_kv_events_replay_endpoint=args.vllm_kv_events_replay_endpoint,
     )
     try:
         config.validate()

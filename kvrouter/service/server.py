@@ -243,8 +243,8 @@ class RouterServer:
         """The OpenAI-compatible front door, bound, not yet serving."""
         listen = self.config.http_listen
         try:
+            from kvrouter.net.http_server import HttpServer
             from kvrouter.service.openai.app import FrontDoor
-            from kvrouter.service.openai.http_server import HttpServer
         except ModuleNotFoundError as e:
             raise StartupError(
                 f"--http-listen needs {e.name}, not installed: pip install 'kvrouter[frontend]'"

@@ -71,6 +71,16 @@ class WorkerConfig:
     ca_file: str = ""
     client_cert_file: str = ""
     client_key_file: str = ""
+    # The engine-compatible mode (docs/deployment.md, "The worker as a vLLM
+    # engine"): set, the worker serves vLLM 0.33's OpenAI HTTP API here
+    # (`HOST:PORT`) and publishes vLLM's ZMQ KV events, for a sidecar to
+    # subscribe to; it joins routers only when `routers` names some.
+    vllm_http_listen: str = ""
+    # The KV events' PUB socket (bound) and their replay ROUTER socket (bound; empty: none).
+    vllm_kv_events_endpoint: str = ""
+    vllm_kv_events_replay_endpoint: str = ""
+    # Batches the replay socket keeps (vLLM's `buffer_steps`).
+    vllm_kv_events_buffer_steps: int = 10_000
 
     def __post_init__(self) -> None:
         self.routers = tuple(dict.fromkeys(r for r in (self.router, *self.routers) if r))
@@ -96,6 +106,14 @@ class WorkerConfig:
             raise ValueError("max_chunk_bytes must be at least 1024")
         if self.torch_threads < 0:
             raise ValueError("torch_threads must be >= 0")
+        if bool(self.vllm_http_listen) != bool(self.vllm_kv_events_endpoint):
+            raise ValueError(
+                "the engine-compatible mode needs both vllm_http_listen and vllm_kv_events_endpoint"
+            )
+        if self.vllm_kv_events_replay_endpoint and not self.vllm_kv_events_endpoint:
+            raise ValueError("vllm_kv_events_replay_endpoint needs vllm_kv_events_endpoint")
+        if self.vllm_kv_events_buffer_steps < 1:
+            raise ValueError("vllm_kv_events_buffer_steps must be >= 1")
         tls.check(self)
         if bool(self.client_cert_file) != bool(self.client_key_file):
             raise ValueError("client_cert_file and client_key_file must be set together")

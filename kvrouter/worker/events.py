@@ -26,25 +26,28 @@ class MirroredEventSink(EventSink):
         self.namespace = namespace
         self._lock = threading.Lock()
         self._blocks: dict[int, _Block] = {}
-        self._publisher: EventSink | None = None
+        self._publishers: list[EventSink] = []
         self._held: list[Event] = []
 
     def attach(self, publisher: EventSink) -> None:
-        """Starts forwarding to `publisher`, after what was held."""
+        """Starts forwarding to `publisher` too; the first attached gets
+        what was held. (A worker in the engine-compatible mode that also
+        joins a router publishes to both.)"""
         with self._lock:
-            publisher.emit(self._held)
-            self._held = []
-            self._publisher = publisher
+            if not self._publishers:
+                publisher.emit(self._held)
+                self._held = []
+            self._publishers.append(publisher)
 
     def emit(self, events: Iterable[Event]) -> None:
         events = list(events)
         with self._lock:
             for event in events:
                 self._mirror(event)
-            if self._publisher is None:
+            if not self._publishers:
                 self._held.extend(events)
-            else:
-                self._publisher.emit(events)
+            for publisher in self._publishers:
+                publisher.emit(events)
 
     def _mirror(self, event: Event) -> None:
         match event:

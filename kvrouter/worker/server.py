@@ -1,7 +1,9 @@
 """The worker process: loads the engine, serves the Worker service, joins
 the router (registration, heartbeats with load) and publishes KV events.
 In front of router replicas it registers with each of them and publishes
-the events to their NATS JetStream stream.
+the events to their NATS JetStream stream. In the engine-compatible mode it
+serves vLLM's OpenAI HTTP API and ZMQ KV events as well (engine_mode/), and
+joins routers only when it is given some.
 
 Start-up order: the engine and the gRPC server come up first, so the worker
 can serve as soon as the router knows it; events emitted before the
@@ -59,6 +61,9 @@ class WorkerServer:
         self.registrations: list[WorkerRegistration] = []
         self.publisher: EventPublisher | None = None
         self._nats_client = None
+        self.engine_api = None
+        self.kv_events = None
+        self.http = None
         self._server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task] = []
 
@@ -102,6 +107,8 @@ class WorkerServer:
         self._tasks.append(asyncio.create_task(leases.expire_forever()))
         if c.routers:
             await self._join(c)
+        if c.vllm_http_listen:
+            await self._serve_as_vllm(c)
         for name in ("", SERVICE_NAME):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
@@ -111,6 +118,7 @@ class WorkerServer:
                     "worker_id": self.identity.worker_id,
                     "role": c.role,
                     "address": self.identity.address,
+                    **self._vllm_addresses(),
                     "pid": os.getpid(),
                 }
             },
@@ -144,6 +152,47 @@ class WorkerServer:
         )
         await self.publisher.start()
         self.sink.attach(self.publisher)
+
+    async def _serve_as_vllm(self, c: WorkerConfig) -> None:
+        """vLLM's OpenAI HTTP API and ZMQ KV events, on this process's loop."""
+        # The frontend and adapters extras: imported only in this mode.
+        try:
+            from kvrouter.net.http_server import HttpServer
+            from kvrouter.worker.engine_mode.app import EngineApi
+            from kvrouter.worker.engine_mode.kv_events import ZmqEventPublisher
+        except ModuleNotFoundError as e:
+            raise RuntimeError(
+                f"the engine-compatible mode needs {e.name}, not installed: "
+                "pip install 'kvrouter[engine,frontend,adapters]'"
+            ) from None
+
+        self.kv_events = ZmqEventPublisher(
+            c.vllm_kv_events_endpoint,
+            c.vllm_kv_events_replay_endpoint,
+            block_size=c.block_size,
+            buffer_steps=c.vllm_kv_events_buffer_steps,
+        )
+        self.sink.attach(self.kv_events)
+        # vLLM serves a model under its path unless given a name.
+        self.engine_api = EngineApi(
+            self.engine_loop,
+            c.served_model_name or str(c.model),
+            str(c.model),
+            self.engine_loop.engine.max_model_len,
+        )
+        self.http = HttpServer(self.engine_api.app(), c.vllm_http_listen, on_stopped=_nothing)
+        await self.http.start()
+
+    def _vllm_addresses(self) -> dict[str, str]:
+        """Where the engine-compatible mode serves (nothing outside it)."""
+        if self.http is None:
+            return {}
+        host = self.config.vllm_http_listen.rpartition(":")[0]
+        return {
+            "http_address": f"http://{host}:{self.http.port}",
+            "kv_events": self.kv_events.endpoint,
+            "kv_events_replay": self.kv_events.replay_endpoint,
+        }
 
     def _event_registration_token(self) -> int:
         """The token of the registration with the router the events go to."""
@@ -184,20 +233,31 @@ class WorkerServer:
 
     async def stop(self, grace: float = 1.0) -> None:
         """Leaves the routers, lets calls in flight finish for `grace` seconds, stops."""
+        if self.engine_api is not None:
+            # /health answers 503 from now on: a sidecar takes the worker out of routing.
+            self.engine_api.draining = True
         for registration in self.registrations:
             await registration.stop(deregister=True)
         for task in self._tasks:
             task.cancel()
         if self._server is not None:
             await self._server.stop(grace)
+        if self.http is not None:
+            await self.http.stop(grace)
         if self.publisher is not None:
             await self.publisher.stop(timeout=2.0)
         if self._nats_client is not None:
             await self._nats_client.close()
         if self.engine_loop is not None:
             await asyncio.to_thread(self.engine_loop.stop)
+        if self.kv_events is not None:
+            await asyncio.to_thread(self.kv_events.close)
         await self.channels.close()
         log.info("worker stopped", extra={"fields": {"worker_id": self.identity.worker_id}})
+
+
+async def _nothing() -> None:
+    pass
 
 
 async def serve(config: WorkerConfig) -> None:

@@ -1,7 +1,9 @@
-"""The front door's HTTP server: uvicorn (httptools' parser) serving the
-Starlette app on the router's own event loop, from a socket the router
-binds itself, so that the gRPC service and the front door share one
-process and one loop, and the router keeps its own signal handling."""
+"""An HTTP server on the caller's own event loop: uvicorn (httptools'
+parser) serving a Starlette app from a socket the caller binds itself, so
+that the gRPC service and the HTTP API share one process and one loop, and
+the process keeps its own signal handling. The router's front door and the
+worker's engine-compatible API both serve with it; it needs uvicorn (the
+`frontend` extra)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import uvicorn
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self):
-        # SIGTERM and SIGINT are the router's: it drains, then stops this server.
+        # SIGTERM and SIGINT are the process's: it drains, then stops this server.
         yield
 
 

@@ -1,0 +1,186 @@
+"""`POST /v1/completions` bodies in and out, as vLLM 0.33 reads and writes
+them (vllm/entrypoints/openai/completion/): token-id prompts only, one
+choice, no logprobs; the text of every choice is empty, as this worker
+keeps no tokenizer."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kvrouter.engine import SamplingParams
+
+# vLLM's sampling defaults where the model's generation config sets none.
+DEFAULT_MAX_TOKENS = 16
+DEFAULT_TEMPERATURE = 1.0
+# Features this mode does not serve; vLLM would honour them.
+UNSUPPORTED = ("echo", "logprobs", "suffix", "prompt_logprobs", "kv_transfer_params")
+
+
+@dataclass
+class CompletionRequest:
+    prompt: list[int]
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    return_token_ids: bool
+
+
+def parse(body: Any) -> CompletionRequest:
+    """ValueError names what is wrong or not served."""
+    if not isinstance(body, dict):
+        raise ValueError("the body is a JSON object")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+        prompt = prompt[0]
+    if not isinstance(prompt, list) or not prompt or not all(_is_int(t) and t >= 0 for t in prompt):
+        raise ValueError("prompt must be a non-empty list of token ids (or a list of one)")
+    for name in UNSUPPORTED:
+        if body.get(name):
+            raise ValueError(f"{name} is not served by this worker")
+    if (body.get("n") or 1) != 1:
+        raise ValueError("only n=1 is served")
+    stream_options = body.get("stream_options") or {}
+    if not isinstance(stream_options, dict):
+        raise ValueError("stream_options must be an object")
+    stop_token_ids = body.get("stop_token_ids") or []
+    if not isinstance(stop_token_ids, list) or not all(_is_int(t) for t in stop_token_ids):
+        raise ValueError("stop_token_ids must be a list of token ids")
+    params = SamplingParams(
+        max_tokens=_field(body, "max_tokens", int, DEFAULT_MAX_TOKENS),
+        temperature=float(_field(body, "temperature", float, DEFAULT_TEMPERATURE)),
+        top_p=float(_field(body, "top_p", float, 1.0)),
+        # vLLM's -1 and our 0 both mean no top-k cut.
+        top_k=max(0, _field(body, "top_k", int, 0)),
+        seed=_field(body, "seed", int, None),
+        ignore_eos=bool(body.get("ignore_eos")),
+        stop_token_ids=tuple(stop_token_ids),
+    )
+    return CompletionRequest(
+        prompt=prompt,
+        params=params,
+        stream=bool(body.get("stream")),
+        include_usage=bool(stream_options.get("include_usage")),
+        return_token_ids=bool(body.get("return_token_ids")),
+    )
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _field(body: dict, name: str, kind: type, default):
+    """`body[name]`, an int (or, for a float, any number), or `default` when absent or null."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not (_is_int(value) or (kind is float and isinstance(value, float))):
+        raise ValueError(f"{name} must be {'a number' if kind is float else 'an integer'}")
+    return value
+
+
+def completion_id() -> str:
+    return f"cmpl-{secrets.token_hex(16)}"
+
+
+def stop_reason(params: SamplingParams, token_ids: list[int], finish_reason: str | None):
+    """The stop token that ended the request (None for EOS, as vLLM)."""
+    if finish_reason == "stop" and token_ids and token_ids[-1] in params.stop_token_ids:
+        return token_ids[-1]
+    return None
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+@dataclass
+class Responder:
+    """The response bodies of one request."""
+
+    request: CompletionRequest
+    model: str
+    id: str
+    created: int
+
+    @classmethod
+    def for_request(cls, request: CompletionRequest, model: str) -> Responder:
+        return cls(request, model, completion_id(), int(time.time()))
+
+    def _ids(self, token_ids: list[int]) -> list[int] | None:
+        return token_ids if self.request.return_token_ids else None
+
+    def chunk(self, token_ids: list[int], finish_reason: str | None, first: bool) -> dict:
+        """A streamed chunk; the first carries the prompt's token ids."""
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "",
+                    "logprobs": None,
+                    "finish_reason": finish_reason,
+                    "stop_reason": stop_reason(self.request.params, token_ids, finish_reason),
+                    "prompt_token_ids": self._ids(self.request.prompt) if first else None,
+                    "token_ids": self._ids(token_ids),
+                    "weight_versions": None,
+                }
+            ],
+            "kv_transfer_params": None,
+        }
+
+    def usage_chunk(self, completion_tokens: int, cached_tokens: int) -> dict:
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": usage(len(self.request.prompt), completion_tokens, cached_tokens),
+        }
+
+    def response(self, token_ids: list[int], finish_reason: str, cached_tokens: int) -> dict:
+        """The whole, non-streamed answer."""
+        prompt = self.request.prompt
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "",
+                    "logprobs": None,
+                    "finish_reason": finish_reason,
+                    "stop_reason": stop_reason(self.request.params, token_ids, finish_reason),
+                    "token_ids": self._ids(token_ids),
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": self._ids(prompt),
+                    "routed_experts": None,
+                    "weight_versions": None,
+                }
+            ],
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": usage(len(prompt), len(token_ids), cached_tokens),
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": None,
+        }
+
+
+def error_body(message: str, status: int) -> dict:
+    """vLLM's ErrorResponse."""
+    kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}

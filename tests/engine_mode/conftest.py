@@ -1,0 +1,106 @@
+"""`kvrouter worker` in its engine-compatible mode, started for real as a
+process on 127.0.0.1 (free ports), and a plain engine as the reference."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+
+import pytest
+
+pytest.importorskip("zmq", reason="the adapters extra (pyzmq) is not installed")
+pytest.importorskip("uvicorn", reason="the frontend extra (uvicorn) is not installed")
+
+from kvrouter.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
+
+MODEL = "tiny"
+BLOCK_SIZE = 16
+NUM_KV_BLOCKS = 256
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-llama"), "llama", seed=5)
+
+
+@pytest.fixture(scope="session")
+def reference(tiny_model):
+    """Greedy tokens from a plain engine with no prefix cache."""
+    engine = LLMEngine(EngineConfig(model=str(tiny_model), enable_prefix_caching=False))
+
+    def generate(prompt: list[int], max_tokens: int) -> list[int]:
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        return engine.generate([prompt], params)[0].token_ids
+
+    return generate
+
+
+@dataclass
+class EngineWorker:
+    proc: subprocess.Popen
+    url: str
+    kv_events: str
+    kv_replay: str
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_engine_worker(model, *flags: str) -> EngineWorker:
+    """A worker serving vLLM's surface on free ports; returns once it serves."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvrouter.cli",
+            "worker",
+            "--model",
+            str(model),
+            "--served-model-name",
+            MODEL,
+            "--block-size",
+            str(BLOCK_SIZE),
+            "--num-kv-blocks",
+            str(NUM_KV_BLOCKS),
+            "--vllm-http-listen",
+            "127.0.0.1:0",
+            "--vllm-kv-events-endpoint",
+            "tcp://127.0.0.1:*",
+            "--vllm-kv-events-replay-endpoint",
+            "tcp://127.0.0.1:*",
+            *flags,
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        for line in proc.stderr:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    while (line := lines.get(timeout=120)) is not None:
+        record = json.loads(line) if line.startswith("{") else {}
+        if record.get("msg") == "worker serving":
+            return EngineWorker(
+                proc, record["http_address"], record["kv_events"], record["kv_events_replay"]
+            )
+    raise AssertionError("the worker exited before it served")
+
+
+@pytest.fixture(scope="module")
+def engine_worker(tiny_model):
+    worker = start_engine_worker(tiny_model)
+    yield worker
+    worker.kill()
