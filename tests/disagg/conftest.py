@@ -6,10 +6,10 @@ lease or a pinned block."""
 from __future__ import annotations
 
 import pytest
+from greedy_reference import greedy_reference
 from waiting import wait_until
 
 from kvrouter.demo.cluster import LocalCluster
-from kvrouter.engine import EngineConfig, LLMEngine, SamplingParams
 from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint
 
 from .helpers import all_idle
@@ -24,14 +24,7 @@ def tiny_model(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def reference(tiny_model):
-    """Greedy tokens from a plain engine without prefix caching."""
-    engine = LLMEngine(EngineConfig(model=str(tiny_model), enable_prefix_caching=False))
-
-    def generate(prompt: list[int], max_tokens: int) -> list[int]:
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        return engine.generate([prompt], params)[0].token_ids
-
-    return generate
+    return greedy_reference(tiny_model)
 
 
 def start_cluster(

@@ -16,7 +16,8 @@ import pytest
 pytest.importorskip("zmq", reason="the adapters extra (pyzmq) is not installed")
 pytest.importorskip("uvicorn", reason="the frontend extra (uvicorn) is not installed")
 
-from kvrouter.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+from greedy_reference import greedy_reference  # noqa: E402
+
 from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 
 MODEL = "tiny"
@@ -31,14 +32,7 @@ def tiny_model(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def reference(tiny_model):
-    """Greedy tokens from a plain engine with no prefix cache."""
-    engine = LLMEngine(EngineConfig(model=str(tiny_model), enable_prefix_caching=False))
-
-    def generate(prompt: list[int], max_tokens: int) -> list[int]:
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        return engine.generate([prompt], params)[0].token_ids
-
-    return generate
+    return greedy_reference(tiny_model)
 
 
 @dataclass

@@ -4,9 +4,9 @@ of its own thread, with no router; and a plain engine as the reference."""
 from __future__ import annotations
 
 import pytest
+from greedy_reference import greedy_reference
 from threaded_worker import started_workers
 
-from kvrouter.engine import EngineConfig, LLMEngine, SamplingParams
 from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint
 
 
@@ -22,12 +22,4 @@ def start_worker(tiny_model):
 
 @pytest.fixture(scope="session")
 def reference(tiny_model):
-    """Greedy tokens from a plain engine with no prefix cache: what every
-    serving path must reproduce."""
-    engine = LLMEngine(EngineConfig(model=str(tiny_model), enable_prefix_caching=False))
-
-    def generate(prompt: list[int], max_tokens: int) -> list[int]:
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        return engine.generate([prompt], params)[0].token_ids
-
-    return generate
+    return greedy_reference(tiny_model)

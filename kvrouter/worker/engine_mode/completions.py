@@ -117,13 +117,18 @@ class Responder:
     def _ids(self, token_ids: list[int]) -> list[int] | None:
         return token_ids if self.request.return_token_ids else None
 
-    def chunk(self, token_ids: list[int], finish_reason: str | None, first: bool) -> dict:
-        """A streamed chunk; the first carries the prompt's token ids."""
+    def _head(self) -> dict:
         return {
             "id": self.id,
             "object": "text_completion",
             "created": self.created,
             "model": self.model,
+        }
+
+    def chunk(self, token_ids: list[int], finish_reason: str | None, first: bool) -> dict:
+        """A streamed chunk; the first carries the prompt's token ids."""
+        return {
+            **self._head(),
             "choices": [
                 {
                     "index": 0,
@@ -141,10 +146,7 @@ class Responder:
 
     def usage_chunk(self, completion_tokens: int, cached_tokens: int) -> dict:
         return {
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
+            **self._head(),
             "choices": [],
             "usage": usage(len(self.request.prompt), completion_tokens, cached_tokens),
         }
@@ -153,10 +155,7 @@ class Responder:
         """The whole, non-streamed answer."""
         prompt = self.request.prompt
         return {
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
+            **self._head(),
             "choices": [
                 {
                     "index": 0,
