@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from kvrouter.client import WorkerLoad
-from kvrouter.service.openai.http_server import HttpServer
+from kvrouter.net.http_server import HttpServer
 
 
 class StubEngine:
