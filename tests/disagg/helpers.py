@@ -32,10 +32,11 @@ def generate(target: str, tokens: list[int], max_tokens: int, **kwargs) -> Gener
     return asyncio.run(run())
 
 
-def overlap(target: str, tokens: list[int], worker_id: int) -> int:
-    """Blocks of `tokens` the router's index holds for `worker_id`."""
+def overlap(target: str, tokens: list[int], worker_id: int, model: str = "") -> int:
+    """Blocks of `tokens` (a prompt for `model`) the router's index holds
+    for `worker_id`."""
     with RouterClient(target) as router:
-        result = router.route(tokens, explain=True)
+        result = router.route(tokens, model=model, explain=True)
         router.cancelled(result.request_id)
     candidates = result.explanation.decode_candidates + result.explanation.prefill_candidates
     return max((c.overlap for c in candidates if c.worker_id == worker_id), default=0)

@@ -22,9 +22,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_until
 
 from kvrouter.demo.cluster import free_port
+from kvrouter.frontend import ModelTokenizer
 
 from .conftest import start_cluster
-from .helpers import all_idle, http_get, http_post
+from .helpers import all_idle, http_get, http_post, overlap
 
 MODEL = "tiny"
 RUNNING = 2
@@ -223,38 +224,56 @@ def decode_workers(cluster, ids: list[str]) -> list[int]:
     return [chosen[i] for i in ids]
 
 
+SEED = "a first turn long enough to fill a block or two of the cache"
+
+
 @pytest.mark.parametrize("how", ["header", "user"])
 def test_a_sessions_turns_stay_on_its_first_workers(front_door, client, how):
-    """The session's first turn goes elsewhere than idle requests would, as
-    the worker they would take is busy; its later turns, on an idle cluster,
-    still follow it there."""
+    """Sessions A and B begin on different workers: each first turn is sent
+    while the other worker is busy and paused. Their later turns, on an
+    idle cluster with nothing cached, then follow them there, in an order
+    that neither a fixed tie-break nor a rotating one would give."""
     cluster, _ = front_door
-    session = (
-        {"extra_headers": {"x-session-id": f"conversation-{how}"}}
-        if how == "header"
-        else {"user": f"someone-{how}@example.com"}
-    )
+
+    def session(name):
+        if how == "header":
+            return {"extra_headers": {"x-session-id": f"{how}-{name}"}}
+        return {"user": f"{name}-{how}@example.com"}
 
     def complete(prompt, **extra):
         return client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, **extra).id
 
-    (idle_choice,) = decode_workers(cluster, [complete(f"{how}: no session")])
-    busy = client.completions.create(model=MODEL, prompt=f"{how}: busy", **HOLD)
-    next(iter(busy))
-    # Paused, the busy worker cannot finish the request before turn 0 is routed.
-    paused = cluster.workers[idle_choice]
-    os.kill(paused.pid, signal.SIGSTOP)
-    try:
-        (first,) = decode_workers(cluster, [complete(f"{how}: turn 0", **session)])
-    finally:
-        os.kill(paused.pid, signal.SIGCONT)
-    busy.close()
-    wait_until(lambda: all_idle(cluster), what="the busy request to end")
-    assert first != idle_choice
-    turns = [complete(f"{how}: turn {turn}", **session) for turn in range(1, 6)]
-    assert decode_workers(cluster, turns) == [first] * 5
-    (alone,) = decode_workers(cluster, [complete(f"{how}: no session again")])
-    assert alone == idle_choice
+    def first_turn_away_from(busy_prompt, prompt, name):
+        """Runs `prompt` as the session's first turn while a stream of
+        `busy_prompt` holds its worker, paused; returns (busy's worker,
+        the turn's worker)."""
+        busy = client.completions.create(model=MODEL, prompt=busy_prompt, **HOLD)
+        (busy_worker,) = decode_workers(cluster, [next(iter(busy)).id])
+        paused = cluster.workers[busy_worker]
+        os.kill(paused.pid, signal.SIGSTOP)
+        try:
+            (turn_worker,) = decode_workers(cluster, [complete(prompt, **session(name))])
+        finally:
+            os.kill(paused.pid, signal.SIGCONT)
+            busy.close()
+        wait_until(lambda: all_idle(cluster), what="the busy request to end")
+        return busy_worker, turn_worker
+
+    first_a = f"{how} A0: {SEED}"
+    busy_worker, on_a = first_turn_away_from(f"{how} busy", first_a, "A")
+    assert on_a != busy_worker
+    # Extending A's first turn, the next busy stream goes where A is cached.
+    first_a_ids = ModelTokenizer.from_dir(cluster.model).encode(first_a)
+    wait_until(
+        lambda: overlap(cluster.target, first_a_ids, on_a, MODEL) >= 2,
+        what="A's first turn to be cached where it ran",
+    )
+    held_a, on_b = first_turn_away_from(first_a + " and more", f"{how} B0", "B")
+    assert (held_a, on_b) == (on_a, busy_worker)
+    order = ["A", "A", "B", "B", "A", "B", "B", "A"]
+    turns = [complete(f"{name}{k}", **session(name)) for k, name in enumerate(order, 1)]
+    expected = [on_a if name == "A" else on_b for name in order]
+    assert decode_workers(cluster, turns) == expected
 
 
 def test_a_bad_session_header_is_400(front_door):
