@@ -22,10 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_until
 
 from kvrouter.demo.cluster import free_port
-from kvrouter.frontend import ModelTokenizer
 
 from .conftest import start_cluster
-from .helpers import all_idle, http_get, http_post, overlap
+from .helpers import all_idle, http_get, http_post
 
 MODEL = "tiny"
 RUNNING = 2
@@ -208,72 +207,6 @@ def test_cached_prompt_tokens_are_reported(client):
     for _ in range(2):
         answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1)
     assert answer.usage.prompt_tokens_details.cached_tokens > 0
-
-
-def decode_workers(cluster, ids: list[str]) -> list[int]:
-    def lines():
-        text = (cluster.log_dir / "router.log").read_text().splitlines()
-        return {
-            r["request_id"]: r["decode_worker"]
-            for r in map(json.loads, (line for line in text if line.startswith("{")))
-            if r.get("logger") == "kvrouter.decisions"
-        }
-
-    wait_until(lambda: set(ids) <= set(lines()), what="the decisions to be logged")
-    chosen = lines()
-    return [chosen[i] for i in ids]
-
-
-SEED = "a first turn long enough to fill a block or two of the cache"
-
-
-@pytest.mark.parametrize("how", ["header", "user"])
-def test_a_sessions_turns_stay_on_its_first_workers(front_door, client, how):
-    """Sessions A and B begin on different workers: each first turn is sent
-    while the other worker is busy and paused. Their later turns, on an
-    idle cluster with nothing cached, then follow them there, in an order
-    that neither a fixed tie-break nor a rotating one would give."""
-    cluster, _ = front_door
-
-    def session(name):
-        if how == "header":
-            return {"extra_headers": {"x-session-id": f"{how}-{name}"}}
-        return {"user": f"{name}-{how}@example.com"}
-
-    def complete(prompt, **extra):
-        return client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, **extra).id
-
-    def first_turn_away_from(busy_prompt, prompt, name):
-        """Runs `prompt` as the session's first turn while a stream of
-        `busy_prompt` holds its worker, paused; returns (busy's worker,
-        the turn's worker)."""
-        busy = client.completions.create(model=MODEL, prompt=busy_prompt, **HOLD)
-        (busy_worker,) = decode_workers(cluster, [next(iter(busy)).id])
-        paused = cluster.workers[busy_worker]
-        os.kill(paused.pid, signal.SIGSTOP)
-        try:
-            (turn_worker,) = decode_workers(cluster, [complete(prompt, **session(name))])
-        finally:
-            os.kill(paused.pid, signal.SIGCONT)
-            busy.close()
-        wait_until(lambda: all_idle(cluster), what="the busy request to end")
-        return busy_worker, turn_worker
-
-    first_a = f"{how} A0: {SEED}"
-    busy_worker, on_a = first_turn_away_from(f"{how} busy", first_a, "A")
-    assert on_a != busy_worker
-    # Extending A's first turn, the next busy stream goes where A is cached.
-    first_a_ids = ModelTokenizer.from_dir(cluster.model).encode(first_a)
-    wait_until(
-        lambda: overlap(cluster.target, first_a_ids, on_a, MODEL) >= 2,
-        what="A's first turn to be cached where it ran",
-    )
-    held_a, on_b = first_turn_away_from(first_a + " and more", f"{how} B0", "B")
-    assert (held_a, on_b) == (on_a, busy_worker)
-    order = ["A", "A", "B", "B", "A", "B", "B", "A"]
-    turns = [complete(f"{name}{k}", **session(name)) for k, name in enumerate(order, 1)]
-    expected = [on_a if name == "A" else on_b for name in order]
-    assert decode_workers(cluster, turns) == expected
 
 
 def test_a_bad_session_header_is_400(front_door):
