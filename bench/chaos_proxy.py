@@ -25,7 +25,7 @@ from collections.abc import Callable
 import grpc
 
 from kvrouter.client.background import BackgroundLoop
-from kvrouter.net.channels import CHANNEL_OPTIONS
+from kvrouter.net.channels import CHANNEL_OPTIONS, SERVER_OPTIONS
 from kvrouter.proto_gen import router_pb2 as pb
 
 REGISTRY = pb.DESCRIPTOR.services_by_name["Registry"]
@@ -51,7 +51,7 @@ class EventFaultProxy(grpc.GenericRpcHandler):
         self.target = f"127.0.0.1:{self.port}"
 
     async def _start(self) -> int:
-        self._server = grpc.aio.server(options=CHANNEL_OPTIONS)
+        self._server = grpc.aio.server(options=SERVER_OPTIONS)
         self._server.add_generic_rpc_handlers([self])
         port = self._server.add_insecure_port("127.0.0.1:0")
         await self._server.start()

@@ -51,6 +51,7 @@ class WorkerRegistration:
         adapters: Sequence[str] = (),
         metadata: dict[str, str] | None = None,
         protocol: str = KVROUTER,
+        publishes_events: bool = False,
         load: Callable[[], WorkerLoad | None] | None = None,
         timeout: float = 5.0,
         credentials: Credentials | None = None,
@@ -71,6 +72,9 @@ class WorkerRegistration:
         # What `address` speaks: "kvrouter" (a kvrouter worker's gRPC
         # address) or "openai" (an OpenAI-compatible server's base URL).
         self.protocol = protocol
+        # It streams KV events to this router: the router stops routing to
+        # it while that stream is gone, whatever its index holds.
+        self.publishes_events = publishes_events
         self.load = load or WorkerLoad
         self.timeout = timeout
         self.credentials = credentials
@@ -109,6 +113,7 @@ class WorkerRegistration:
             adapters=self.adapters,
             metadata=self.metadata,
             protocol=PROTOCOL_VALUES[self.protocol],
+            publishes_events=self.publishes_events,
             registration_token=self.registration_token,
         )
         if self.worker_id is not None:

@@ -13,10 +13,42 @@ import grpc
 
 from kvrouter.net.credentials import Credentials
 
-CHANNEL_OPTIONS = (
+MESSAGE_OPTIONS = (
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
 )
+
+# A peer that vanishes without closing the connection (its host powered
+# off, a partition) is noticed when a ping goes unanswered: within about
+# KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS, not after TCP's retransmission
+# timeout of a quarter of an hour. Its calls then fail and the channel dials
+# again, so a publisher and a registration move to whatever now answers.
+KEEPALIVE_TIME_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
+
+CHANNEL_OPTIONS = (
+    *MESSAGE_OPTIONS,
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    # What bounds the wait for a ping's answer in gRPC 1.85 (a minute by
+    # default, whatever keepalive_timeout_ms says).
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+)
+
+# A kvrouter server pings its clients the same way, so a vanished worker's
+# event stream ends, and accepts their pings: gRPC's default allows one per
+# five minutes without data and answers more with GOAWAY (too_many_pings).
+SERVER_KEEPALIVE_OPTIONS = (
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+)
+
+SERVER_OPTIONS = (*MESSAGE_OPTIONS, *SERVER_KEEPALIVE_OPTIONS)
 
 
 def _with_metadata(details, extra):

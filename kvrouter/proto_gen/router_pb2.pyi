@@ -154,7 +154,7 @@ class LifecycleAck(_message.Message):
     def __init__(self) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "registration_token", "model", "adapters", "protocol")
+    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "registration_token", "model", "adapters", "protocol", "publishes_events")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +172,7 @@ class RegisterRequest(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHES_EVENTS_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     role: Role
     address: str
@@ -182,7 +183,8 @@ class RegisterRequest(_message.Message):
     model: str
     adapters: _containers.RepeatedScalarFieldContainer[str]
     protocol: WorkerProtocol
-    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., registration_token: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ..., protocol: _Optional[_Union[WorkerProtocol, str]] = ...) -> None: ...
+    publishes_events: bool
+    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., registration_token: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ..., protocol: _Optional[_Union[WorkerProtocol, str]] = ..., publishes_events: _Optional[bool] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("worker_id", "heartbeat_interval_s", "heartbeat_ttl_s", "registration_token")

@@ -166,15 +166,17 @@ class EventIngest:
             stream.close(ServiceError(grpc.StatusCode.NOT_FOUND, f"worker {worker_id} {reason}"))
 
     def mark_streamless(self, now: float) -> None:
-        """Marks stale each worker with index entries that has had no stream
-        for `stream_ttl_s`. (The index of a router that takes its events from
-        elsewhere follows that stream alone.)"""
+        """Marks stale each worker that has had no stream for `stream_ttl_s`
+        and has index entries or said it publishes. (The index of a router
+        that takes its events from elsewhere follows that stream alone.)"""
         if self.refusal:
             return
         indexed = self.index.workers()
         for record in self.workers.records():
             worker_id = record.worker_id
-            if worker_id in self._streams or worker_id not in indexed:
+            if worker_id in self._streams or (
+                worker_id not in indexed and not record.publishes_events
+            ):
                 self._streamless_since.pop(worker_id, None)
                 continue
             since = self._streamless_since.setdefault(worker_id, now)

@@ -41,6 +41,7 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
                 adapters=tuple(request.adapters),
                 protocol=protocol,
                 metadata=dict(request.metadata),
+                publishes_events=request.publishes_events,
             )
             token = self.workers.register(record, request.registration_token)
         except ServiceError as e:

@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from kvrouter._core import PrefixIndex
 from kvrouter.net import auth, logs, tls
 from kvrouter.net.addresses import check_bindable
+from kvrouter.net.channels import SERVER_KEEPALIVE_OPTIONS
 from kvrouter.net.malformed import MalformedRequests
 from kvrouter.policy import Router
 from kvrouter.proto_gen import router_pb2, router_pb2_grpc
@@ -171,6 +172,7 @@ class RouterServer:
                 ("grpc.max_receive_message_length", max_bytes),
                 ("grpc.max_send_message_length", max_bytes),
                 ("grpc.so_reuseport", 0),
+                *SERVER_KEEPALIVE_OPTIONS,
                 # Core holds arrived calls until the asyncio server takes
                 # them, one per loop turn, and by default cancels new ones at
                 # random once 1,000 wait (all past 3,000). Thousands of

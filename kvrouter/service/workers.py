@@ -55,6 +55,8 @@ class WorkerRecord:
     active_requests: int = 0
     # Proves this registration (worker_ids.py); set when it is registered.
     token: int = 0
+    # It streams its KV events here, so no stream means its cache is unseen.
+    publishes_events: bool = False
 
 
 class WorkerTable:

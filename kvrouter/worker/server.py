@@ -27,7 +27,7 @@ from kvrouter.engine import EngineConfig, LLMEngine
 from kvrouter.events import EventPublisher
 from kvrouter.events.transport import Transport
 from kvrouter.net import auth, logs, tls
-from kvrouter.net.channels import CHANNEL_OPTIONS
+from kvrouter.net.channels import SERVER_OPTIONS
 from kvrouter.net.credentials import Credentials
 from kvrouter.net.worker_channels import WorkerChannels
 from kvrouter.proto_gen import worker_pb2, worker_pb2_grpc
@@ -93,7 +93,7 @@ class WorkerServer:
         service = WorkerService(self.engine_loop, leases, self.transfer, c, self.identity)
         server = grpc.aio.server(
             interceptors=auth.interceptors(c.auth_tokens_file, health_open=c.health_open),
-            options=CHANNEL_OPTIONS,
+            options=SERVER_OPTIONS,
         )
         worker_pb2_grpc.add_WorkerServicer_to_server(service, server)
         health_servicer = health.aio.HealthServicer()
@@ -136,6 +136,7 @@ class WorkerServer:
                 worker_id=worker_id,
                 model=c.served_model_name,
                 metadata={"namespace": c.namespace, "model": os.path.basename(str(c.model))},
+                publishes_events=not c.nats,
                 load=self._load,
                 credentials=self.credentials,
             )

@@ -31,7 +31,12 @@ def main() -> None:
             sink.stored(None, block_ids, tokens)
 
     WorkerRegistration(
-        target, role="both", capacity_blocks=10_000, worker_id=worker_id, address=f"w{worker_id}:1"
+        target,
+        role="both",
+        capacity_blocks=10_000,
+        worker_id=worker_id,
+        address=f"w{worker_id}:1",
+        publishes_events=True,
     ).start_background()
     publisher = KvEventPublisher(target, worker_id, dump_cache=dump_cache, backoff_max_s=0.2)
     publisher.start()

@@ -122,6 +122,7 @@ class VllmSidecar:
                     metadata={"engine": engine.name, "dp_rank": str(stream.dp_rank)},
                     load=self._load(engine, stream.dp_rank),
                     protocol=OPENAI,
+                    publishes_events=self.nats is None,
                 )
                 await registration.start(wait_for_router=True)
                 self.registrations.append(registration)
