@@ -1,11 +1,13 @@
 """Worker ids across router replicas on a real nats-server: workers joining
 at either replica get ids no other worker has, and a replica restarted from
-its snapshot never hands out an id again."""
+its snapshot never hands out an id again; with NATS down, a replica refuses
+to assign one until NATS is back."""
 
 from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
 
 from kvrouter.client.worker import WorkerRegistration
@@ -123,5 +125,38 @@ def test_a_replica_restarted_from_its_snapshot_on_a_new_nats_never_hands_out_an_
         before = await assigned("first-store")
         after = await assigned("second-store")
         assert len(set(before + after)) == 6
+
+    run(scenario())
+
+
+def test_an_id_wanted_while_nats_is_down_is_refused_as_unavailable_and_retried(tmp_path):
+    store = tmp_path / "jetstream"
+
+    async def scenario():
+        server = NatsServer(store)
+        try:
+            async with replicas(server.url, "router-a") as (a,):
+                server.stop()
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await a.registry.Register(
+                        pb.RegisterRequest(
+                            role=pb.ROLE_BOTH,
+                            address="w:1",
+                            block_size=BLOCK,
+                            capacity_blocks=1_000,
+                        ),
+                        timeout=CALL_S,
+                    )
+                assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+                assert "through NATS, which did not answer" in refused.value.details()
+                # A worker waits for the router as it would for one not up yet.
+                reg = registration(a, "w:1")
+                joining = asyncio.create_task(reg.start(wait_for_router=True))
+                server = NatsServer(store, server.port)
+                assert (await joining).worker_id == 1
+                assert await listed(a) == {1: "w:1"}
+                await reg.stop()
+        finally:
+            server.stop()
 
     run(scenario())
