@@ -87,9 +87,9 @@ class RouterServer:
         """`index`, `policy` and `worker_ids` replace the ones the router
         builds itself: a router replica passes the index it feeds from the
         NATS event stream, its router, whose book holds its peers' bookings,
-        and the id counter it shares with them. An index passed in is the caller's to
-        feed, restore and snapshot, so this server then refuses KV events over
-        gRPC and leaves departing workers' entries in it."""
+        and the id counter it shares with them. An index passed in is the
+        caller's to feed, restore and snapshot, so this server then refuses
+        KV events over gRPC and leaves departing workers' entries in it."""
         config.validate()
         self.config = config
         self.owns_index = index is None

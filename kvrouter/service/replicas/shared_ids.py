@@ -11,7 +11,8 @@ workers picked themselves) as the single router's counter does.
 
 The replica's snapshot keeps the end of its last block, and a reservation
 never starts below it: an id is not handed out again after a restart, even
-with the bucket lost. NATS unreachable when a block runs out refuses the
+with the bucket lost (if a snapshot was written since the last
+reservation). NATS unreachable when a block runs out refuses the
 registration with UNAVAILABLE, which workers retry.
 """
 
@@ -88,7 +89,7 @@ class SharedIdCounter:
                     start, revision = int(entry.value), entry.revision
                 except KeyNotFoundError:
                     start, revision = 1, 0
-                start = max(start, self._block.end, 1)
+                start = max(start, self._block.end)
                 if start > MAX_WORKER_ID:
                     raise exhausted()
                 end = min(start + self.block_ids, MAX_WORKER_ID + 1)
