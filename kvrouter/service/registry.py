@@ -29,7 +29,7 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
             if protocol is None:
                 raise invalid("protocol must be WORKER_PROTOCOL_KVROUTER or WORKER_PROTOCOL_OPENAI")
             worker_id = (
-                request.worker_id if request.HasField("worker_id") else self.workers.next_id()
+                request.worker_id if request.HasField("worker_id") else await self.workers.next_id()
             )
             record = WorkerRecord(
                 worker_id=worker_id,

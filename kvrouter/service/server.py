@@ -37,6 +37,7 @@ from kvrouter.service.metrics import ServiceMetrics
 from kvrouter.service.registry import RegistryService
 from kvrouter.service.routing import service_router
 from kvrouter.service.stalls import StallGuard
+from kvrouter.service.worker_ids import IdSource
 from kvrouter.service.workers import WorkerTable
 
 log = logging.getLogger("kvrouter.service.server")
@@ -82,12 +83,14 @@ class RouterServer:
         *,
         index: PrefixIndex | None = None,
         policy: Router | None = None,
+        worker_ids: IdSource | None = None,
     ) -> None:
-        """`index` and `policy` replace the ones the router builds itself: a
-        router replica passes the index it feeds from the NATS event stream
-        and its router, whose book holds its peers' bookings. An index passed in is the caller's to
-        feed, restore and snapshot, so this server then refuses KV events over
-        gRPC and leaves departing workers' entries in it."""
+        """`index`, `policy` and `worker_ids` replace the ones the router
+        builds itself: a router replica passes the index it feeds from the
+        NATS event stream, its router, whose book holds its peers' bookings,
+        and the id counter it shares with them. An index passed in is the
+        caller's to feed, restore and snapshot, so this server then refuses
+        KV events over gRPC and leaves departing workers' entries in it."""
         config.validate()
         self.config = config
         self.owns_index = index is None
@@ -104,6 +107,7 @@ class RouterServer:
             config.heartbeat_ttl_s,
             owns_index=self.owns_index,
             next_id=next_worker_id,
+            ids=worker_ids,
         )
         refusal = "" if self.owns_index else EVENTS_ELSEWHERE
         self.events = EventIngest(

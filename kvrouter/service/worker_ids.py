@@ -5,7 +5,9 @@ index snapshot keeps, so an id is never handed out twice: not within one
 router's life, nor across a restart from its snapshot. (Deriving it from the
 highest id registered would hand a lapsed worker's id to the next newcomer.)
 An id a worker picks itself may be anything up to `MAX_WORKER_ID`, which
-leaves the counter room; the counter steps over ids in use.
+leaves the counter room; the counter steps over ids in use. Router
+replicas of one deployment share one counter, so that no two of them hand
+out the same id (kvrouter/service/replicas/shared_ids.py).
 
 Every registration gets a random token that the worker sends back with its
 heartbeats, its deregistration and any later registration of the same id,
@@ -15,7 +17,8 @@ so a worker that lapsed and returns cannot act for one registered since.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Container
+from collections.abc import Callable, Container
+from typing import Protocol
 
 import grpc
 
@@ -37,19 +40,53 @@ def new_token() -> int:
     return secrets.randbits(64) or 1
 
 
-class IdCounter:
-    """The next id to assign; it only goes up."""
+class IdBlock:
+    """Ids from `next_unused` up to, not including, `end`, stepping over
+    those in use; it only goes up."""
 
-    def __init__(self, start: int) -> None:
+    def __init__(self, start: int, end: int) -> None:
         self.next_unused = max(start, 1)
+        self.end = end
 
-    def take(self, in_use: Container[int]) -> int:
-        while self.next_unused in in_use:
+    def take(self, in_use: Container[int]) -> int | None:
+        """The next id not in use, or None once the block has none left."""
+        while self.next_unused < self.end and self.next_unused in in_use:
             self.next_unused += 1
-        if self.next_unused > MAX_WORKER_ID:
-            raise ServiceError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, "every worker id has been assigned"
-            )
+        if self.next_unused >= self.end:
+            return None
         worker_id = self.next_unused
         self.next_unused += 1
+        return worker_id
+
+
+def exhausted() -> ServiceError:
+    return ServiceError(grpc.StatusCode.RESOURCE_EXHAUSTED, "every worker id has been assigned")
+
+
+class IdSource(Protocol):
+    """Where a router's new ids come from."""
+
+    @property
+    def next_unused(self) -> int:
+        """What the snapshot keeps: no id below it is handed out again."""
+
+    async def take(self, in_use: Callable[[], Container[int]]) -> int:
+        """A new id; `in_use()` gives the ids to step over."""
+
+
+class IdCounter:
+    """The single router's ids: the next one to assign; it only goes up.
+    Router replicas share theirs instead (kvrouter.service.replicas)."""
+
+    def __init__(self, start: int) -> None:
+        self._ids = IdBlock(start, MAX_WORKER_ID + 1)
+
+    @property
+    def next_unused(self) -> int:
+        return self._ids.next_unused
+
+    async def take(self, in_use: Callable[[], Container[int]]) -> int:
+        worker_id = self._ids.take(in_use())
+        if worker_id is None:
+            raise exhausted()
         return worker_id

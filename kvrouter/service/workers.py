@@ -18,7 +18,7 @@ from kvrouter.policy import Router
 from kvrouter.roles import ROLES
 from kvrouter.service.convert import check_model
 from kvrouter.service.errors import already_exists, failed_precondition, invalid, not_found
-from kvrouter.service.worker_ids import IdCounter, check_worker_id, new_token
+from kvrouter.service.worker_ids import IdCounter, IdSource, check_worker_id, new_token
 
 log = logging.getLogger("kvrouter.service.workers")
 
@@ -68,8 +68,11 @@ class WorkerTable:
         *,
         owns_index: bool = True,
         next_id: int = 0,
+        ids: IdSource | None = None,
     ) -> None:
-        """`next_id`: the next id to assign, as the index snapshot kept it."""
+        """`next_id`: the next id to assign, as the index snapshot kept it.
+        `ids` replaces the router's own counter: router replicas share one
+        (kvrouter.service.replicas.shared_ids)."""
         self.router = router
         self.index = index
         self.ttl_s = heartbeat_ttl_s
@@ -77,7 +80,7 @@ class WorkerTable:
         # replica's does; dropping a worker's entries here would set it apart.
         self.owns_index = owns_index
         self._workers: dict[int, WorkerRecord] = {}
-        self._ids = IdCounter(max(next_id, max(index.workers(), default=0) + 1))
+        self._ids = ids or IdCounter(max(next_id, max(index.workers(), default=0) + 1))
 
     def __contains__(self, worker_id: int) -> bool:
         return worker_id in self._workers
@@ -110,9 +113,9 @@ class WorkerTable:
     def next_unused_id(self) -> int:
         return self._ids.next_unused
 
-    def next_id(self) -> int:
+    async def next_id(self) -> int:
         """An id never assigned before, and not in use."""
-        return self._ids.take(self._workers.keys() | self.index.workers().keys())
+        return await self._ids.take(lambda: self._workers.keys() | self.index.workers().keys())
 
     def proven(self, worker_id: int, token: int) -> WorkerRecord:
         """The worker's record, if `token` is its registration's."""

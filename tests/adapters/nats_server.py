@@ -31,12 +31,14 @@ def _accepting(port: int) -> bool:
 
 
 class NatsServer:
-    def __init__(self, store_dir: Path) -> None:
+    """`port`: where a stopped one listened, to start it again there."""
+
+    def __init__(self, store_dir: Path, port: int | None = None) -> None:
         binary = find_binary()
         if binary is None:
             pytest.skip(f"nats-server is not installed ({INSTALL})")
         for _ in range(5):
-            self.port = _free_port()
+            self.port = port or _free_port()
             self.proc = subprocess.Popen(
                 [binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(store_dir)],
                 stdout=subprocess.DEVNULL,

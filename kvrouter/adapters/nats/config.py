@@ -1,5 +1,5 @@
-"""Where replicas meet on NATS: the JetStream stream of KV event batches and
-the subject of shared routing decisions."""
+"""Where replicas meet on NATS: the JetStream stream of KV event batches,
+the subject of shared routing decisions and the bucket of worker ids."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ class NatsConfig:
     @property
     def load_subject(self) -> str:
         return f"{self.subject_prefix}.load"
+
+    @property
+    def id_bucket(self) -> str:
+        """The key-value bucket of the worker ids the replicas have reserved."""
+        return f"{self.stream}_WORKER_IDS"
 
 
 def check_name(name: str) -> str:

@@ -64,6 +64,9 @@ class IndexReplica:
         self.index = PrefixIndex(block_size, max_blocks)
         # The last stream sequence number applied to the index.
         self.position = 0
+        # Kept in the snapshot for the replica's worker ids (shared_ids.py):
+        # no id below it is handed out again.
+        self.next_worker_id = 0
         # batches, duplicates, resyncs, malformed, snapshots
         self.stats: Counter[str] = Counter()
         self._task: asyncio.Task | None = None
@@ -80,6 +83,7 @@ class IndexReplica:
         if restored is not None:
             index, marks = restored
             self.position = marks["stream_position"]
+            self.next_worker_id = marks["next_worker_id"]
             if index.block_size != self.index.block_size:
                 raise ValueError(
                     f"snapshot {self.snapshot_path} has block size "
@@ -109,7 +113,11 @@ class IndexReplica:
     async def save(self) -> None:
         if self.snapshot_path is None:
             return
-        data = await asyncio.to_thread(self.index.snapshot, stream_position=self.position)
+        data = await asyncio.to_thread(
+            self.index.snapshot,
+            stream_position=self.position,
+            next_worker_id=self.next_worker_id,
+        )
         if not await asyncio.to_thread(snapshot_file.save, self.snapshot_path, data):
             return
         self.stats["snapshots"] += 1

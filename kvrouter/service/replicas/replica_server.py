@@ -5,10 +5,12 @@ The replica's index follows the JetStream stream and its policy shares the
 load book with the other replicas (`RouterReplica`); the service on top is
 the single router's (`RouterServer`): routing, registration, heartbeats and
 proxied generation. Workers register with every replica, since each keeps
-its own worker table. KV events published to the service over gRPC are
-refused with FAILED_PRECONDITION: accepted, they would reach this replica's
-index alone, and the replicas' indexes would drift apart. Publishers send
-them to the stream instead (`kvrouter bridge`, `JetStreamWorkerPublisher`).
+its own worker table; the ids replicas assign come from one counter they
+share (shared_ids.py), so no two workers get the same id. KV events
+published to the service over gRPC are refused with FAILED_PRECONDITION:
+accepted, they would reach this replica's index alone, and the replicas'
+indexes would drift apart. Publishers send them to the stream instead
+(`kvrouter bridge`, `JetStreamWorkerPublisher`).
 """
 
 from __future__ import annotations
@@ -60,7 +62,10 @@ class ReplicaServer:
         try:
             await self.replica.start()
             self.server = RouterServer(
-                self.config, index=self.replica.index, policy=self.replica.router
+                self.config,
+                index=self.replica.index,
+                policy=self.replica.router,
+                worker_ids=self.replica.worker_ids,
             )
             await self.server.start()
         except BaseException:

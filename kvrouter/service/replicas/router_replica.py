@@ -1,6 +1,6 @@
 """A complete router replica on NATS: its own index fed from the event
-stream, and a router whose load book also holds the other replicas'
-bookings."""
+stream, a router whose load book also holds the other replicas' bookings,
+and worker ids from the counter the replicas share."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from kvrouter.adapters.nats.config import NatsConfig
 from kvrouter.policy import PolicyConfig, Router
 from kvrouter.service.replicas.load_share import BookingExchange
 from kvrouter.service.replicas.replica import IndexReplica
+from kvrouter.service.replicas.shared_ids import SharedIdCounter, id_bucket
 
 
 class RouterReplica:
@@ -50,6 +51,7 @@ class RouterReplica:
         self.make_router = make_router or (lambda index: Router(index, policy, share_bookings=True))
         self.router: Router | None = None
         self.exchange: BookingExchange | None = None
+        self.worker_ids: SharedIdCounter | None = None
 
     @property
     def index(self):
@@ -68,6 +70,8 @@ class RouterReplica:
             on_bad_snapshot=self.on_bad_snapshot,
         )
         await self.events.start()
+        # Its floor is the mark the replica restored from its snapshot.
+        self.worker_ids = SharedIdCounter(await id_bucket(self.nc, self.config), self.events)
         # The router reads the index the replica restored or created.
         self.router = self.make_router(self.events.index)
         self.exchange = BookingExchange(
