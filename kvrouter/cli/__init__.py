@@ -19,10 +19,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import os
 import pkgutil
 import sys
 
-from kvrouter.cli._extras import install_hint
+# gRPC's core writes some connection events (a peer's GOAWAY, say) to stderr
+# as plain text among kvrouter's JSON log lines; it reads this before it
+# starts, so it is set before any subcommand imports grpc. Setting it keeps
+# them.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+from kvrouter.cli._extras import install_hint  # noqa: E402
 
 
 def _subcommands() -> dict[str, object]:
