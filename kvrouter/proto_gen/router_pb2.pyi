@@ -28,6 +28,12 @@ class WorkerProtocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WORKER_PROTOCOL_KVROUTER: _ClassVar[WorkerProtocol]
     WORKER_PROTOCOL_OPENAI: _ClassVar[WorkerProtocol]
 
+class KvTransferProtocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    KV_TRANSFER_NONE: _ClassVar[KvTransferProtocol]
+    KV_TRANSFER_VLLM: _ClassVar[KvTransferProtocol]
+    KV_TRANSFER_SGLANG: _ClassVar[KvTransferProtocol]
+
 class Tier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TIER_DEVICE: _ClassVar[Tier]
@@ -43,6 +49,9 @@ ROLE_DECODE: Role
 ROLE_BOTH: Role
 WORKER_PROTOCOL_KVROUTER: WorkerProtocol
 WORKER_PROTOCOL_OPENAI: WorkerProtocol
+KV_TRANSFER_NONE: KvTransferProtocol
+KV_TRANSFER_VLLM: KvTransferProtocol
+KV_TRANSFER_SGLANG: KvTransferProtocol
 TIER_DEVICE: Tier
 TIER_HOST: Tier
 TIER_DISK: Tier
@@ -154,7 +163,7 @@ class LifecycleAck(_message.Message):
     def __init__(self) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "registration_token", "model", "adapters", "protocol", "publishes_events")
+    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "registration_token", "model", "adapters", "protocol", "publishes_events", "kv_transfer", "bootstrap_port")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +182,8 @@ class RegisterRequest(_message.Message):
     ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     PUBLISHES_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    KV_TRANSFER_FIELD_NUMBER: _ClassVar[int]
+    BOOTSTRAP_PORT_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     role: Role
     address: str
@@ -184,7 +195,9 @@ class RegisterRequest(_message.Message):
     adapters: _containers.RepeatedScalarFieldContainer[str]
     protocol: WorkerProtocol
     publishes_events: bool
-    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., registration_token: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ..., protocol: _Optional[_Union[WorkerProtocol, str]] = ..., publishes_events: _Optional[bool] = ...) -> None: ...
+    kv_transfer: KvTransferProtocol
+    bootstrap_port: int
+    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., registration_token: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ..., protocol: _Optional[_Union[WorkerProtocol, str]] = ..., publishes_events: _Optional[bool] = ..., kv_transfer: _Optional[_Union[KvTransferProtocol, str]] = ..., bootstrap_port: _Optional[int] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("worker_id", "heartbeat_interval_s", "heartbeat_ttl_s", "registration_token")
