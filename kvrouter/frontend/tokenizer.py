@@ -5,7 +5,11 @@ methods run it on a thread pool. `tokenizers`' `Tokenizer.encode` holds the
 GIL all that time, so it would stop the event loop even from a pool thread
 (another thread's longest stall: 632 ms of 688); `encode_batch` releases it
 (50 ms of 674), so every encode here is an `encode_batch` of one text.
-docs/frontend.md has the measurements."""
+docs/frontend.md has the measurements.
+
+With a cache (token_cache.py), text sent before is not encoded again: a
+prompt whose every piece is cached is answered on the event loop, and only
+the pieces not cached are encoded on the pool."""
 
 from __future__ import annotations
 
@@ -19,8 +23,11 @@ from kvrouter.frontend.chat_template import ChatTemplate
 from kvrouter.frontend.detokenizer import Detokenizer
 from kvrouter.frontend.messages import template_messages
 from kvrouter.frontend.model_files import DEFAULT_TEMPLATE, TokenizerFiles, read_tokenizer_files
+from kvrouter.frontend.token_cache import TokenCache
 
 TOOL_TEMPLATE = "tool_use"
+# Longer texts are cut and looked up on the pool, not the event loop.
+MAX_INLINE_LOOKUP_CHARS = 65_536
 
 
 class Prompt(NamedTuple):
@@ -29,10 +36,14 @@ class Prompt(NamedTuple):
 
 
 class ModelTokenizer:
-    def __init__(self, files: TokenizerFiles, executor: Executor | None = None):
+    def __init__(
+        self, files: TokenizerFiles, executor: Executor | None = None, cache_tokens: int = 0
+    ):
         """`executor` runs the async methods' work; None is the event loop's
-        default executor."""
+        default executor. `cache_tokens` bounds the cache of text encoded
+        before (0: none)."""
         self._tokenizer = files.tokenizer
+        self.cache = TokenCache(files.tokenizer, cache_tokens) if cache_tokens > 0 else None
         self.special_tokens = files.special_tokens
         self.eos_token_ids = files.eos_token_ids
         self.max_model_len = files.max_model_len
@@ -40,8 +51,10 @@ class ModelTokenizer:
         self._executor = executor
 
     @classmethod
-    def from_dir(cls, directory: str | Path, executor: Executor | None = None) -> ModelTokenizer:
-        return cls(read_tokenizer_files(directory), executor)
+    def from_dir(
+        cls, directory: str | Path, executor: Executor | None = None, cache_tokens: int = 0
+    ) -> ModelTokenizer:
+        return cls(read_tokenizer_files(directory), executor, cache_tokens)
 
     @property
     def vocab_size(self) -> int:
@@ -60,17 +73,33 @@ class ModelTokenizer:
         post-processor adds (a bos, for many models)."""
         if not isinstance(text, str):
             raise ValueError("the prompt must be a string")
+        if self.cache is not None:
+            ids = self.cache.encode(text, add_special_tokens, self._encode_batch)
+            if ids is not None:
+                return ids
+        (ids,) = self._encode_batch([text], add_special_tokens=add_special_tokens)
+        return ids
+
+    def _encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
         try:
-            (encoding,) = self._tokenizer.encode_batch_fast(
-                [text], add_special_tokens=add_special_tokens
+            encodings = self._tokenizer.encode_batch_fast(
+                texts, add_special_tokens=add_special_tokens
             )
         except TypeError:
             # A str that is not valid Unicode (a lone surrogate, which JSON
             # can carry) is refused when tokenizers takes it in.
             raise ValueError("the prompt is not valid Unicode (a lone surrogate)") from None
-        return encoding.ids
+        return [encoding.ids for encoding in encodings]
 
     async def encode_async(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        if (
+            self.cache is not None
+            and isinstance(text, str)
+            and len(text) <= MAX_INLINE_LOOKUP_CHARS
+        ):
+            ids = self.cache.encode(text, add_special_tokens, None)
+            if ids is not None:
+                return ids
         return await self._off_loop(
             lambda: self.encode(text, add_special_tokens=add_special_tokens)
         )

@@ -84,6 +84,9 @@ class ServiceConfig:
     http_queue_timeout_s: float = 30.0
     # A request body that takes longer to arrive is 408.
     http_body_timeout_s: float = 30.0
+    # Tokens of prompt text the front door keeps per model, so that text it
+    # has encoded before (a chat's earlier turns) is not encoded again; 0: off.
+    http_tokenizer_cache_tokens: int = 4_000_000
     # On SIGTERM: how long in-flight calls may take to finish.
     drain_grace_s: float = 10.0
     # Index snapshot file: restored at start, written at shutdown; empty: none.
@@ -175,6 +178,8 @@ class ServiceConfig:
         for name in ("http_queue_timeout_s", "http_body_timeout_s"):
             if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"{name} must be a positive number of seconds")
+        if self.http_tokenizer_cache_tokens < 0:
+            raise ValueError("http_tokenizer_cache_tokens must be 0 (off) or more")
         if not 0 <= self.http_max_backlog_ms < math.inf:
             raise ValueError("http_max_backlog_ms must be a number of ms, 0 or more")
         tls.check(self)

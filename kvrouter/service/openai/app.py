@@ -55,7 +55,10 @@ class FrontDoor:
     ) -> None:
         self.generation = generation
         self.workers = workers
-        self.tokenizers = {name: ModelTokenizer.from_dir(d) for name, d in models.items()}
+        self.tokenizers = {
+            name: ModelTokenizer.from_dir(d, cache_tokens=config.http_tokenizer_cache_tokens)
+            for name, d in models.items()
+        }
         self.max_prompt_tokens = config.max_prompt_tokens
         self.body_timeout_s = config.http_body_timeout_s
         self.metrics = FrontDoorMetrics(registry)
