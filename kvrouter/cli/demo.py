@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 HELP = (
     "start a router with 2 prefill and 2 decode CPU workers on 127.0.0.1, run a multi-turn "
@@ -23,12 +24,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=128,
         help="prefill on the decode worker when at most this many prompt tokens are uncached",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="workloads run under both policies (medians)"
+    )
+    parser.add_argument(
+        "--no-burst",
+        dest="burst",
+        action="store_false",
+        help="skip the burst of long prompts under running streams (and its third deployment)",
+    )
+    parser.add_argument("--json", default="", help="write the figures to this file")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-dir", default="", help="keep the processes' logs here")
 
 
 def run(args: argparse.Namespace) -> int:
     from kvrouter.demo.main import DemoOptions, run_demo
+
+    if args.rounds < 1:
+        print("kvrouter demo: --rounds must be at least 1", file=sys.stderr)
+        return 2
 
     return run_demo(
         DemoOptions(
@@ -38,7 +53,10 @@ def run(args: argparse.Namespace) -> int:
             agent_steps=args.agent_steps,
             max_tokens=args.max_tokens,
             local_prefill_max_tokens=args.local_prefill_max_tokens,
+            rounds=args.rounds,
+            burst=args.burst,
             seed=args.seed,
             log_dir=args.log_dir,
+            json_path=args.json,
         )
     )

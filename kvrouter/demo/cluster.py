@@ -91,16 +91,27 @@ class LocalCluster:
             )
 
     def start(self) -> LocalCluster:
-        deadline = time.monotonic() + self.start_timeout_s
+        deadline = self.launch()
         try:
-            self._start_router(deadline)
-            for worker_id in range(1, len(self.roles) + 1):
-                self.start_worker(worker_id)
             self.wait_for_workers(deadline)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def launch(self) -> float:
+        """Starts the router and the workers' processes without waiting for
+        the workers (`wait_for_workers`, by the deadline returned), so that
+        several clusters can load side by side."""
+        deadline = time.monotonic() + self.start_timeout_s
+        try:
+            self._start_router(deadline)
+            for worker_id in range(1, len(self.roles) + 1):
+                self.start_worker(worker_id)
+        except BaseException:
+            self.stop()
+            raise
+        return deadline
 
     def _start_router(self, deadline: float) -> None:
         for _ in range(3):  # a port picked as free may be taken before the router binds it

@@ -15,6 +15,7 @@ from waiting import wait_until
 
 from kvrouter.client import DeadlineExceeded, InvalidArgument
 from kvrouter.client.generate import GenerateClient
+from kvrouter.demo.burst import BURST, STREAMS, run_burst
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import router_pb2_grpc
 
@@ -173,3 +174,12 @@ def test_heartbeats_carry_the_load(settled):
             what="the decode worker to report its running request",
         )
         call.cancel()
+
+
+def test_the_demos_burst_runs_under_its_streams(settled):
+    """`kvrouter demo`'s burst: every long prompt gets its first token while
+    the streams decode, whose gaps between tokens are what it reports."""
+    run = asyncio.run(run_burst(settled.target))
+    assert len(run.burst_ttft_ms) == BURST and min(run.burst_ttft_ms) > 0
+    # Each stream decodes all along the burst.
+    assert len(run.gaps_ms) >= STREAMS
