@@ -84,12 +84,14 @@ impl CostPolicy {
         });
     }
 
+    /// One decision's picks share its turn: were each pick to advance it, a
+    /// decision that picks twice would step the rotation by two, and with
+    /// an even number of tied workers half of them would never be chosen.
     fn pick(
         &mut self,
         candidates: &[Candidate],
         prefer: Option<WorkerId>,
     ) -> Option<(usize, Pick)> {
-        self.turn += 1;
         self.config
             .selector
             .pick(candidates, &mut self.rng, self.turn, prefer)
@@ -103,6 +105,7 @@ impl RoutingPolicy for CostPolicy {
         request: &Request,
         overlaps: Overlaps<'_>,
     ) -> Result<Decision, RouteError> {
+        self.turn += 1;
         let affinity = pool.affinity(request.session);
         let prefer_decode = affinity.map(|a| a.decode);
         let local = self.candidates(pool, request, overlaps, false);

@@ -229,3 +229,24 @@ fn an_idle_worker_carries_no_congestion() {
         .iter()
         .all(|c| c.cost.congestion_ms == 0.0));
 }
+
+#[test]
+fn one_request_at_a_time_takes_tied_workers_in_turn() {
+    // Each request has finished before the next arrives, so every decision
+    // sees the same tie; it must not always go the same way.
+    let mut p = policy(&[
+        (0, Role::Both),
+        (1, Role::Both),
+        (2, Role::Both),
+        (3, Role::Both),
+    ]);
+    let mut counts = [0; 4];
+    for i in 0..40 {
+        let id = format!("r{i}");
+        let d = p.route(&id, request(2), &[], 0).unwrap();
+        assert!(d.prefill_worker.is_none());
+        counts[d.decode_worker.0 as usize] += 1;
+        assert!(p.pool.release(&id));
+    }
+    assert_eq!(counts, [10, 10, 10, 10]);
+}
