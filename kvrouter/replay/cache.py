@@ -57,6 +57,19 @@ class BlockCache:
         self.private += private
         return evicted
 
+    def grow(self, private: int) -> list[int] | None:
+        """Room for `private` more unshared blocks, evicting as needed.
+        Returns the evicted blocks, or None (nothing changed) when it
+        cannot fit."""
+        if private > self.capacity - self.active:
+            return None
+        evicted = []
+        while self.capacity - self.used < private:
+            b, _ = self.evictable.popitem(last=False)
+            evicted.append(b)
+        self.private += private
+        return evicted
+
     def release(self, blocks: list[int], private: int) -> None:
         """Unpins a request's blocks; the deepest become evictable first so a
         prefix outlives its extensions."""

@@ -127,7 +127,7 @@ def replay(trace: list[TraceRequest], policy: str, cfg: ReplayConfig, progress=N
         t = rr[i]
         clock[0] = now = t.arrival_ms
         blocks = engine_blocks(t, cfg.trace_block_size, cfg.block_size)
-        r = SimRequest(str(i), now, t.input_length, t.output_length, blocks, cfg.block_size)
+        r = SimRequest(str(i), now, t.input_length, t.output_length, blocks)
         r.hashes = chain_hashes(blocks) if chooser.uses_index else blocks
         i += 1
         index.set_time(now / 1000)
