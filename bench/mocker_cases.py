@@ -51,6 +51,16 @@ CASES = {
             [request(0, 2000, 2, 0), request(0, 3000, 2, 100), request(0, 6000, 2, 200)],
         ),
     },
+    # A prompt whose blocks are all cached still computes its last block.
+    "prefix_hits": {
+        "block_aligned_full_hit": (1, None, [request(0, 8192, 2, 0), request(1000, 8192, 2, 0)]),
+        "full_hit_and_a_tail": (1, None, [request(0, 8202, 2, 0), request(1000, 8202, 2, 0)]),
+        "cached_prefix_then_new_blocks": (
+            1,
+            None,
+            [request(0, 8192, 2, 0), request(1000, 12_288, 2, 0)],
+        ),
+    },
     # Output KV blocks are allocated as decode proceeds; a full cache preempts.
     "output_blocks": {
         "three_long_requests": (

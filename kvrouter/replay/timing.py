@@ -25,9 +25,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class TimingModel:
     max_batched_tokens: int = 8192
-    prefill_iteration_ms: float = 16.5
-    prefill_ms_per_token: float = 0.01518
-    prefill_ms_per_token2: float = 4.209e-7
+    prefill_iteration_ms: float = 16.50142
+    prefill_ms_per_token: float = 0.01518344
+    prefill_ms_per_token2: float = 4.209989e-7
     decode_iteration_ms: float = 5.74
     decode_kv_linear_ms: float = 54.01
     decode_kv_quadratic_ms: float = -25.74

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from kvrouter.replay.cache import BlockCache
 from kvrouter.replay.timing import TimingModel
+from kvrouter.replay.trace import reusable_blocks
 
 INF = float("inf")
 
@@ -94,8 +95,13 @@ class SimWorker:
     def enqueue(self, request: SimRequest) -> None:
         # What the engine's prefix cache holds for it on arrival; admission
         # looks again.
-        request.hit = self.cache.hit_length(request.blocks)
+        request.hit = self._hit(request)
         self.waiting.append(request)
+
+    def _hit(self, r: SimRequest) -> int:
+        """Blocks of `r`'s prompt its prefix cache lets it skip."""
+        most = reusable_blocks(r.known_tokens(), self.block_size)
+        return min(self.cache.hit_length(r.blocks), most)
 
     @property
     def has_work(self) -> bool:
@@ -138,7 +144,8 @@ class SimWorker:
         bs = self.block_size
         while self.waiting and budget > 0:
             r = self.waiting[0]
-            hit = self.cache.hit_length(r.blocks)
+            # A decode-only request computes nothing of its prompt here.
+            hit = self.cache.hit_length(r.blocks) if r.decode_only else self._hit(r)
             known = r.known_tokens()
             tail = max(-(-known // bs) - len(r.blocks), 0)
             evicted = self.cache.admit(r.blocks, hit, tail)
