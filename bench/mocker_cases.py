@@ -61,6 +61,20 @@ CASES = {
             [request(0, 8192, 2, 0), request(1000, 12_288, 2, 0)],
         ),
     },
+    # A finished request's full output blocks stay cached, so they are
+    # evicted in their turn, after older prompts, not freed at once.
+    "lru_order": {
+        "output_blocks_outlive_an_older_prompt": (
+            1,
+            64,
+            [
+                request(0, 1024, 2, 0),
+                request(100, 512, 1280, 100),
+                request(30_000, 2048, 2, 200),
+                request(40_000, 1024, 2, 0),
+            ],
+        ),
+    },
     # Output KV blocks are allocated as decode proceeds; a full cache preempts.
     "output_blocks": {
         "three_long_requests": (

@@ -128,7 +128,8 @@ class SimWorker:
         return True
 
     def _release(self, r: SimRequest) -> None:
-        self.cache.release(r.blocks, r.held)
+        full = min(r.computed // self.block_size - len(r.blocks), r.held)
+        self.cache.release(r.blocks, r.held, max(full, 0))
         r.held = 0
 
     def _preempt_last(self) -> SimRequest:

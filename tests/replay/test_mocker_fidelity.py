@@ -45,6 +45,12 @@ def test_a_fully_cached_prompt_computes_its_last_block(name):
     assert ours == pytest.approx(theirs, **TOLERANCE)
 
 
+@pytest.mark.parametrize("name", sorted(CASES["lru_order"]))
+def test_released_output_blocks_are_evicted_in_their_turn(name):
+    ours, theirs = latencies(CASES["lru_order"][name])
+    assert ours == pytest.approx(theirs, **TOLERANCE)
+
+
 @pytest.mark.parametrize("name", sorted(CASES["output_blocks"]))
 def test_output_blocks_are_allocated_on_demand_and_preempt(name):
     ours, theirs = latencies(CASES["output_blocks"][name])
