@@ -3,7 +3,7 @@ round robin) on the small cases the replay's engine must reproduce request by
 request, and writes them to tests/replay/mocker_cases.json, which
 tests/replay/test_mocker_fidelity.py replays.
 
-    /path/to/venv-with-ai-dynamo-runtime/bin/python bench/mocker_cases.py
+    .venv/bin/python bench/mocker_cases.py
 """
 
 from __future__ import annotations
