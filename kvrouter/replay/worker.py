@@ -62,6 +62,12 @@ class SimRequest:
         """Prompt plus the tokens generated so far."""
         return self.input_length + self.output_length - self.remaining
 
+    def prefill_left(self) -> int:
+        """Tokens to compute before its next token, or 0 when it decodes
+        (then only the token it last sampled is left)."""
+        todo = self.known_tokens() - self.computed
+        return todo if self.computed < self.input_length or todo > 1 else 0
+
 
 @dataclass
 class StepOutcome:
@@ -108,7 +114,7 @@ class SimWorker:
         return bool(self.waiting or self.running)
 
     def queued_prefill_tokens(self) -> int:
-        pending = sum(max(r.known_tokens() - r.computed, 0) for r in self.running)
+        pending = sum(r.prefill_left() for r in self.running)
         waiting = (r for r in self.waiting if not r.decode_only)
         return pending + sum(r.input_length - r.hit * self.block_size for r in waiting)
 
@@ -183,9 +189,9 @@ class SimWorker:
         i = 0
         while i < len(self.running) and budget > 0:
             r = self.running[i]
-            todo = r.known_tokens() - r.computed
-            if r.computed < r.input_length or todo > 1:
-                c = min(budget, todo)
+            left = r.prefill_left()
+            if left:
+                c = min(budget, left)
                 chunks.append((r, c))
                 budget -= c
             elif self._grow(r, r.kv_tokens):
