@@ -30,7 +30,7 @@ from __future__ import annotations
 from kvrouter.replay.cache import BlockCache
 from kvrouter.replay.report import distribution
 from kvrouter.replay.simulator import ReplayConfig
-from kvrouter.replay.trace import TraceRequest, engine_blocks
+from kvrouter.replay.trace import TraceRequest, engine_blocks, reusable_blocks
 
 
 def floor_per_request(trace: list[TraceRequest], cfg: ReplayConfig) -> list[tuple[float, int]]:
@@ -39,8 +39,8 @@ def floor_per_request(trace: list[TraceRequest], cfg: ReplayConfig) -> list[tupl
     out = []
     for t in trace:
         blocks = engine_blocks(t, cfg.trace_block_size, cfg.block_size)
-        hit = 0
-        while hit < len(blocks) and blocks[hit] in seen:
+        hit, most = 0, reusable_blocks(t.input_length, cfg.block_size)
+        while hit < min(len(blocks), most) and blocks[hit] in seen:
             hit += 1
         cached = hit * cfg.block_size
         out.append((cfg.timing.min_prefill_ms(t.input_length, cached), cached))
@@ -61,7 +61,7 @@ def pooled_lru_per_request(trace: list[TraceRequest], cfg: ReplayConfig) -> list
     for t in trace:
         blocks = engine_blocks(t, cfg.trace_block_size, cfg.block_size)
         hit = cache.hit_length(blocks)
-        cached = hit * cfg.block_size
+        cached = min(hit, reusable_blocks(t.input_length, cfg.block_size)) * cfg.block_size
         out.append((cfg.timing.lone_prefill_ms(t.input_length, cached), cached))
         if cache.admit(blocks, hit, 0) is not None:
             cache.release(blocks, 0)

@@ -56,7 +56,7 @@ class ReplayPolicy:
             r.report_prefill_timing(new, cached, ms)
         if outcome.decode_sample is not None:
             r.report_decode_step(*outcome.decode_sample)
-        active = len(worker.waiting) + len(worker.prefilling) + len(worker.running)
+        active = len(worker.waiting) + len(worker.running)
         r.report_load(worker.id, worker.queued_prefill_tokens(), worker.cache.active, active)
 
 

@@ -60,6 +60,7 @@ def summarize(policy, requests, workers, cfg, wall_s: float) -> dict:
         / max(len(requests), 1),
         "wall_s": wall_s,
         "ttft_samples_ms": ttft,
+        "e2e_samples_ms": e2e,
     }
 
 

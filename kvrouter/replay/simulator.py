@@ -89,6 +89,7 @@ def replay(trace: list[TraceRequest], policy: str, cfg: ReplayConfig, progress=N
             heapq.heappush(events, (end, next(order), "step", worker))
 
     i = 0
+    arrived: list[SimWorker] = []  # workers given requests at the current instant
     routed_since = 0
     while i < len(rr) or events:
         next_arrival = rr[i].arrival_ms if i < len(rr) else INF
@@ -126,7 +127,7 @@ def replay(trace: list[TraceRequest], policy: str, cfg: ReplayConfig, progress=N
         t = rr[i]
         clock[0] = now = t.arrival_ms
         blocks = engine_blocks(t, cfg.trace_block_size, cfg.block_size)
-        r = SimRequest(str(i), now, t.input_length, t.output_length, blocks, cfg.block_size)
+        r = SimRequest(str(i), now, t.input_length, t.output_length, blocks)
         r.hashes = chain_hashes(blocks) if chooser.uses_index else blocks
         i += 1
         index.set_time(now / 1000)
@@ -135,7 +136,13 @@ def replay(trace: list[TraceRequest], policy: str, cfg: ReplayConfig, progress=N
         requests.append(r)
         target = workers_by_id[decode if prefill is None else prefill]
         target.enqueue(r)
-        kick(target, now)
+        arrived.append(target)
+        # The engine takes every request of the same instant into its next
+        # iteration, so no worker starts before the last of them is routed.
+        if i == len(rr) or rr[i].arrival_ms != now:
+            for w in arrived:
+                kick(w, now)
+            arrived.clear()
         routed_since += 1
         if progress is not None and routed_since >= 256:
             progress(routed_since)

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class TimingModel:
     max_batched_tokens: int = 8192
-    prefill_iteration_ms: float = 16.5
-    prefill_ms_per_token: float = 0.01518
-    prefill_ms_per_token2: float = 4.209e-7
+    prefill_iteration_ms: float = 16.50142
+    prefill_ms_per_token: float = 0.01518344
+    prefill_ms_per_token2: float = 4.209989e-7
     decode_iteration_ms: float = 5.74
     decode_kv_linear_ms: float = 54.01
     decode_kv_quadratic_ms: float = -25.74
@@ -49,6 +49,26 @@ class TimingModel:
         return self.decode_iteration_ms + x * (
             self.decode_kv_linear_ms + self.decode_kv_quadratic_ms * x
         )
+
+    def decode_run_ms(
+        self, kv_tokens: int, streams: int, steps: int, capacity_tokens: int
+    ) -> float:
+        """`steps` decode iterations in a row, each of the `streams` running
+        requests adding a token of context to the `kv_tokens` the first one
+        reads: the sum of their decode_ms, in closed form."""
+        # Iterations before the share of the cache read reaches 1.
+        n = min(max(math.ceil((capacity_tokens - kv_tokens) / max(streams, 1)), 0), steps)
+        s1 = n * (n - 1) / 2  # sum of s over s < n
+        s2 = (n - 1) * n * (2 * n - 1) / 6  # sum of s^2 over s < n
+        a, b = kv_tokens / capacity_tokens, streams / capacity_tokens
+        linear = n * a + b * s1
+        square = n * a * a + 2 * a * b * s1 + b * b * s2
+        uncapped = (
+            n * self.decode_iteration_ms
+            + self.decode_kv_linear_ms * linear
+            + self.decode_kv_quadratic_ms * square
+        )
+        return uncapped + (steps - n) * self.decode_ms(capacity_tokens, capacity_tokens)
 
     def lone_prefill_ms(self, input_tokens: int, cached_tokens: int) -> float:
         """Time to first token of a prompt that finds its worker idle and

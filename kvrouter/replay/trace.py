@@ -65,3 +65,11 @@ def engine_blocks(request: TraceRequest, trace_block_size: int, block_size: int)
     ratio = trace_block_size // block_size
     full = min(request.input_length // block_size, len(request.hash_ids) * ratio)
     return [request.hash_ids[i // ratio] * ratio + i % ratio + 1 for i in range(full)]
+
+
+def reusable_blocks(tokens: int, block_size: int) -> int:
+    """The most blocks of a `tokens`-long sequence a prefix-cache hit may
+    cover: the engine computes at least the last token (its logits give the
+    next one), so a fully cached, block-aligned prompt recomputes its last
+    block, as vLLM and Dynamo's mocker do."""
+    return max(tokens - 1, 0) // block_size

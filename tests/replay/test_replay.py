@@ -186,3 +186,12 @@ def test_decode_step_saturates_at_a_full_cache():
     assert timing.decode_ms(0, capacity) == timing.decode_iteration_ms
     assert timing.decode_ms(capacity // 2, capacity) < timing.decode_ms(capacity, capacity)
     assert timing.decode_ms(3 * capacity, capacity) == timing.decode_ms(capacity, capacity)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 1 << 21), st.integers(1, 64), st.integers(1, 5000))
+def test_a_decode_run_costs_the_sum_of_its_steps(kv_tokens, streams, steps):
+    timing = TimingModel()
+    capacity = 16_384 * 64
+    each = sum(timing.decode_ms(kv_tokens + s * streams, capacity) for s in range(steps))
+    assert timing.decode_run_ms(kv_tokens, streams, steps, capacity) == pytest.approx(each)

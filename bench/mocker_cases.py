@@ -1,0 +1,151 @@
+"""Measures Dynamo's mocker (ai-dynamo-runtime 1.6.1, `run_mocker_trace_replay`,
+round robin) on the small cases the replay's engine must reproduce request by
+request, and writes them to tests/replay/mocker_cases.json, which
+tests/replay/test_mocker_fidelity.py replays.
+
+    .venv/bin/python bench/mocker_cases.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("DYN_LOG", "warn")
+
+FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "replay" / "mocker_cases.json"
+BLOCK = 512  # tokens per trace hash id
+
+
+def request(at_ms: int, input_length: int, output_length: int, first_id: int) -> dict:
+    ids = list(range(first_id, first_id + -(-input_length // BLOCK)))
+    return {
+        "timestamp": at_ms,
+        "input_length": input_length,
+        "output_length": output_length,
+        "hash_ids": ids,
+    }
+
+
+def long_request(at_ms: int, first_id: int) -> dict:
+    return request(at_ms, 16_384, 8_192, first_id)
+
+
+# group -> name -> (workers, KV blocks per worker or None for the default, requests)
+CASES = {
+    # Requests arriving in the same millisecond share the engine's next iteration.
+    "same_instant": {
+        "same_millisecond": (1, None, [request(0, 2000, 2, 0), request(0, 3000, 2, 100)]),
+        "one_millisecond_apart": (1, None, [request(0, 2000, 2, 0), request(1, 3000, 2, 100)]),
+        "over_the_token_budget": (
+            1,
+            None,
+            [request(0, 2000, 2, 0), request(0, 3000, 2, 100), request(0, 6000, 2, 200)],
+        ),
+        "two_workers": (
+            2,
+            None,
+            [request(0, 2000, 2, 0), request(0, 3000, 2, 100), request(0, 6000, 2, 200)],
+        ),
+    },
+    # A prompt whose blocks are all cached still computes its last block.
+    "prefix_hits": {
+        "block_aligned_full_hit": (1, None, [request(0, 8192, 2, 0), request(1000, 8192, 2, 0)]),
+        "full_hit_and_a_tail": (1, None, [request(0, 8202, 2, 0), request(1000, 8202, 2, 0)]),
+        "cached_prefix_then_new_blocks": (
+            1,
+            None,
+            [request(0, 8192, 2, 0), request(1000, 12_288, 2, 0)],
+        ),
+    },
+    # A finished request's full output blocks stay cached, so they are
+    # evicted in their turn, after older prompts, not freed at once.
+    "lru_order": {
+        "output_blocks_outlive_an_older_prompt": (
+            1,
+            64,
+            [
+                request(0, 1024, 2, 0),
+                request(100, 512, 1280, 100),
+                request(30_000, 2048, 2, 200),
+                request(40_000, 1024, 2, 0),
+            ],
+        ),
+    },
+    # Output KV blocks are allocated as decode proceeds; a full cache preempts.
+    "output_blocks": {
+        "three_long_requests": (
+            1,
+            1024,
+            [long_request(0, 0), long_request(0, 100), long_request(0, 200)],
+        ),
+        "three_long_requests_staggered": (
+            1,
+            1024,
+            [long_request(0, 0), long_request(10, 100), long_request(20, 200)],
+        ),
+        "short_requests_while_preempted": (
+            1,
+            1024,
+            [long_request(0, 0), long_request(0, 100), long_request(0, 200)]
+            + [request(5000 + 50 * k, 4096, 64, 300 + 10 * k) for k in range(6)],
+        ),
+    },
+}
+
+
+def measure(workers: int, blocks: int | None, requests: list[dict]) -> list[dict]:
+    from dynamo._core import run_mocker_trace_replay
+
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.writelines(json.dumps(r) + "\n" for r in requests)
+        path = f.name
+    try:
+        engine = json.dumps({"engine": {"num_gpu_blocks": blocks}}) if blocks else None
+        result = run_mocker_trace_replay(
+            [path],
+            extra_engine_args=engine,
+            num_workers=workers,
+            router_mode="round_robin",
+            trace_block_size=BLOCK,
+            capture_per_request=True,
+        )
+    finally:
+        os.unlink(path)
+    return sorted(
+        (
+            {
+                "input_length": r["input_length"],
+                "ttft_ms": r["ttft_ms"],
+                "e2e_ms": r["e2e_latency_ms"],
+                "readmissions": r["readmission_count"],
+            }
+            for r in result.per_request
+        ),
+        key=lambda r: (r["ttft_ms"], r["e2e_ms"]),
+    )
+
+
+def main() -> int:
+    fixture = {}
+    for group, cases in CASES.items():
+        fixture[group] = {}
+        for name, (workers, blocks, requests) in cases.items():
+            measured = measure(workers, blocks, requests)
+            fixture[group][name] = {
+                "workers": workers,
+                "capacity_blocks": blocks,
+                "trace": requests,
+                "mocker": measured,
+            }
+            for r in measured:
+                print(group, name, r)
+    FIXTURE.write_text(json.dumps(fixture, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
