@@ -11,7 +11,12 @@ connection cut after two tokens), "hang" (headers, then nothing) or "hold"
 A request with `"stream": false` gets the whole answer at once; one with
 vLLM's `kv_transfer_params.do_remote_decode` (a prefill for a decode
 elsewhere) gets `kv_transfer_params` pointing D at this stub, unless
-`mode` is "no_params". `headers` records each request's X-Request-Id."""
+`mode` is "no_params". `request_ids` records each request's X-Request-Id.
+
+SGLang's bootstrap: a prefill stub (`bootstrap_port` set) notes the
+`bootstrap_room` of each request it answers; a decode stub given that
+stub as its `prefill` refuses a request whose bootstrap fields do not name
+it, and sends no token until the prefill stub has seen the room."""
 
 from __future__ import annotations
 
@@ -30,8 +35,14 @@ from kvrouter.net.http_server import HttpServer
 
 
 class StubEngine:
-    def __init__(self, tokens: list[int]) -> None:
+    def __init__(
+        self, tokens: list[int], bootstrap_port: int = 0, prefill: StubEngine | None = None
+    ) -> None:
         self.tokens = tokens
+        self.bootstrap_port = bootstrap_port
+        self.prefill = prefill
+        # The bootstrap rooms this (prefill) stub has done its part for.
+        self.rooms: set[int] = set()
         self.mode = "ok"
         self.received: list[dict] = []
         # The client address (host, port) of each request.
@@ -70,6 +81,11 @@ class StubEngine:
         if self.mode == "refuse":
             error = {"error": {"message": "max_tokens is too large", "code": 400}}
             return JSONResponse(error, status_code=400)
+        if self.prefill is not None and "bootstrap_room" in body:
+            expected = ("127.0.0.1", self.prefill.bootstrap_port)
+            if (body.get("bootstrap_host"), body.get("bootstrap_port")) != expected:
+                error = {"error": {"message": "not the prefill's bootstrap address", "code": 400}}
+                return JSONResponse(error, status_code=400)
         if body.get("stream") is False:
             return await self._whole(body)
         return StreamingResponse(self._events(body), media_type="text/event-stream")
@@ -77,6 +93,8 @@ class StubEngine:
     async def _whole(self, body: dict) -> JSONResponse:
         if self.mode in ("hang", "hold"):
             await asyncio.Event().wait()
+        if "bootstrap_room" in body:
+            self.rooms.add(body["bootstrap_room"])
         tokens = self.tokens[: body["max_tokens"]]
         reason = "length" if len(tokens) == body["max_tokens"] else "stop"
         answer = {**_chunk(body, tokens, reason), "kv_transfer_params": None}
@@ -102,6 +120,10 @@ class StubEngine:
         try:
             if mode == "hang":
                 await asyncio.Event().wait()
+            if self.prefill is not None and "bootstrap_room" in body:
+                # The prefill stub runs on a loop of its own: its rooms are polled.
+                while body["bootstrap_room"] not in self.prefill.rooms:
+                    await asyncio.sleep(0.01)
             count = min(body["max_tokens"], len(self.tokens))
             for i, token in enumerate(self.tokens[:count]):
                 if mode == "drop" and i == 2:

@@ -27,8 +27,10 @@ ROOM_BITS = 63
 
 def bootstrap(call: SplitCall) -> dict:
     """The fields both engines are sent: P's bootstrap address, a fresh room."""
+    host = urlsplit(call.prefill.address).hostname
     return {
-        "bootstrap_host": urlsplit(call.prefill.address).hostname,
+        # As a URL writes an IPv6 host, which SGLang's bootstrap expects.
+        "bootstrap_host": f"[{host}]" if ":" in host else host,
         "bootstrap_port": call.prefill.bootstrap_port,
         "bootstrap_room": secrets.randbits(ROOM_BITS),
     }
