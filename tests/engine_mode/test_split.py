@@ -183,6 +183,40 @@ def test_a_prefill_engine_killed_while_it_holds_the_request_is_passed_over(
     assert len(router.logged(FALLBACK)) == fallbacks + 1
 
 
+def test_a_hand_off_whose_lease_is_gone_is_prefilled_on_the_decode_engine(
+    prefill, decode, reference
+):
+    prompt = [t + 5 for t in PROMPT]
+    with openai.OpenAI(base_url=f"{prefill.url}/v1", api_key="unused") as engine:
+        prefilled = engine.completions.create(
+            model=MODEL,
+            prompt=prompt,
+            max_tokens=1,
+            extra_body={"kv_transfer_params": {"do_remote_decode": True}},
+        )
+    params = prefilled.model_extra["kv_transfer_params"]
+    assert params["remote_block_ids"] and params["remote_port"]
+    with grpc.insecure_channel(prefill.address) as channel:
+        worker_pb2_grpc.WorkerStub(channel).Release(
+            wpb.ReleaseRequest(request_id=params["remote_request_id"]), timeout=5
+        )
+    failed = len(decode.logged("could not fetch the hand-off; prefilling the rest"))
+    with openai.OpenAI(base_url=f"{decode.url}/v1", api_key="unused") as engine:
+        answer = engine.completions.create(
+            model=MODEL,
+            prompt=prompt,
+            max_tokens=8,
+            temperature=0,
+            extra_body={
+                "kv_transfer_params": params,
+                "ignore_eos": True,
+                "return_token_ids": True,
+            },
+        )
+    assert answer.choices[0].model_extra["token_ids"] == reference(prompt, 8)
+    assert len(decode.logged("could not fetch the hand-off; prefilling the rest")) == failed + 1
+
+
 def test_a_decode_engine_killed_mid_stream_ends_the_answer_with_an_error(
     router, client, prefill, decode
 ):
