@@ -18,9 +18,10 @@ registered WORKER_PROTOCOL_OPENAI) generates over HTTP (openai_worker.py).
 A decision that pairs it with a prefill engine of the same `kv_transfer`
 protocol runs that protocol once (service/engine_split/: vLLM's
 kv_transfer_params, SGLang's bootstrap); P failing its part serves the
-request whole on D. Any other decision that names a prefill worker for an
-engine runs aggregated, the prefill booking released at once, and
-engines are never sent a kvrouter Prefill. D's failure before the first
+request whole on D, and later requests too while P cools down. Any other
+decision that names a prefill worker for an engine runs aggregated, the
+prefill booking released at once, and engines are never sent a kvrouter
+Prefill. D's failure before the first
 token moves the request to the next decode worker, served whole; after
 tokens were sent it ends the request (UNAVAILABLE): the engine's seeded
 sampling cannot be resumed elsewhere, so a continuation would not be the
@@ -314,6 +315,7 @@ class ProxiedRequest:
                 )
                 self.retries += 1
                 self.prefill_worker = None
+                self.ctx.cool_down(self.decision.prefill_worker)
         request = self._attempt()
         tokens = self.ctx.engines.generate(
             worker_id,

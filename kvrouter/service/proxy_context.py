@@ -48,8 +48,12 @@ class ProxyContext:
     def engine_split(self, prefill_id: int, decode_id: int) -> Protocol | None:
         """How two engines split a request between them (service/engine_split/):
         both over HTTP and registered with the same kv_transfer; None if
-        they cannot."""
+        they cannot, or if the prefill engine failed lately (a dead or
+        hung one would cost every request its timeout until it leaves
+        routing)."""
         if not (self.over_http(prefill_id) and self.over_http(decode_id)):
+            return None
+        if self.cooling_down(prefill_id):
             return None
         kv_transfer = self.workers.kv_transfer(prefill_id)
         if kv_transfer != self.workers.kv_transfer(decode_id):

@@ -28,6 +28,10 @@ def router():
     process = ServeProcess(
         "--proxy",
         "prefill_timeout_s=3",
+        # Each test's failures are its own: a failed prefill engine is
+        # tried again by the next test's request.
+        "--proxy",
+        "failure_cooldown_s=0.001",
         # Every prompt of more than a block is worth a prefill engine.
         env={"KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS": "16"},
     )

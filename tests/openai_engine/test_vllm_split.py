@@ -31,6 +31,10 @@ def router():
     process = ServeProcess(
         "--proxy",
         "prefill_timeout_s=3",
+        # Each test's failures are its own: a failed prefill engine is
+        # tried again by the next test's request.
+        "--proxy",
+        "failure_cooldown_s=0.001",
         # Every prompt of more than a block is worth a prefill engine.
         env={"KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS": "16"},
     )
@@ -152,3 +156,30 @@ def test_the_split_protocol_is_registered_and_listed(router, engines):
                     timeout=5,
                 )
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_failed_prefill_engine_is_not_tried_again_while_it_cools_down(engines):
+    prefill, decode, prefill_id, _ = engines
+    prefill.mode = "hang"
+    prefill.received.clear()
+    process = ServeProcess(
+        "--proxy",
+        "prefill_timeout_s=2",
+        "--proxy",
+        "failure_cooldown_s=600",
+        env={"KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS": "16"},
+    )
+    registrations = [
+        register(process.target, prefill, role="prefill", kv_transfer="vllm"),
+        register(process.target, decode, role="decode", kv_transfer="vllm"),
+    ]
+    try:
+        wait_until(lambda: probe(process.target, PROMPT).disaggregated, what="a split decision")
+        for _ in range(3):
+            assert generate(process.target).token_ids == decode.tokens[:5]
+        assert len(prefill.received) == 1, "a hung prefill engine was waited on again"
+    finally:
+        for registration in registrations:
+            registration.stop_background()
+        process.kill()
+        prefill.mode = "ok"
