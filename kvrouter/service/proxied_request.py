@@ -21,11 +21,10 @@ kv_transfer_params, SGLang's bootstrap); P failing its part serves the
 request whole on D, and later requests too while P cools down. Any other
 decision that names a prefill worker for an engine runs aggregated, the
 prefill booking released at once, and engines are never sent a kvrouter
-Prefill. D's failure before the first
-token moves the request to the next decode worker, served whole; after
-tokens were sent it ends the request (UNAVAILABLE): the engine's seeded
-sampling cannot be resumed elsewhere, so a continuation would not be the
-answer one engine gives.
+Prefill. D's failure before the first token moves the request to the next
+decode worker, served whole; after tokens were sent it ends the request
+(UNAVAILABLE): the engine's seeded sampling cannot be resumed elsewhere,
+so a continuation would not be the answer one engine gives.
 
 A failure the request caused (INVALID_ARGUMENT, FAILED_PRECONDITION: e.g.
 its sampling failed on the worker) ends it without trying another worker,
