@@ -116,7 +116,9 @@ class EngineClient:
         finish reason set. `extra`: fields added to the body (a split
         request's, service/engine_split/)."""
         body = {**completion_body(request, prompt), **(extra or {})}
-        response = await self._post(worker_id, address, request, body, first_token_s, deadline)
+        response = await self._post(
+            worker_id, address, request, body, first_token_s, deadline, "generate"
+        )
         finished = False
         try:
             if response.status != 200:
@@ -178,7 +180,9 @@ class EngineClient:
         timeout_s: float,
     ) -> dict:
         """The whole answer to a non-streamed `body`, within `timeout_s`."""
-        response = await self._post(worker_id, address, request, body, timeout_s, deadline)
+        response = await self._post(
+            worker_id, address, request, body, timeout_s, deadline, "prefill"
+        )
         try:
             if response.status != 200:
                 raise await _refusal(worker_id, response)
@@ -203,6 +207,7 @@ class EngineClient:
         body: dict,
         timeout_s: float,
         deadline: Deadline,
+        stage: str,
     ) -> aiohttp.ClientResponse:
         """The response's headers, within `timeout_s`."""
         post = self._client().post(
@@ -211,7 +216,7 @@ class EngineClient:
             headers={"X-Request-Id": request.request_id, "Content-Type": "application/json"},
         )
         try:
-            return await within(post, timeout_s, worker_id, deadline, "generate")
+            return await within(post, timeout_s, worker_id, deadline, stage)
         except (aiohttp.ClientError, OSError) as e:
             raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
 

@@ -313,7 +313,6 @@ class ProxiedRequest:
                     },
                 )
                 self.retries += 1
-                self.prefill_worker = None
                 self.ctx.cool_down(self.decision.prefill_worker)
         request = self._attempt()
         tokens = self.ctx.engines.generate(
@@ -333,7 +332,6 @@ class ProxiedRequest:
         self, split: Protocol, worker_id: int, address: str
     ) -> AsyncIterator[gen.GenerateResponse]:
         prefill_id = self.decision.prefill_worker
-        self.prefill_worker = prefill_id
         record = self.ctx.workers.get(prefill_id)
         tokens = split(
             SplitCall(
@@ -351,7 +349,9 @@ class ProxiedRequest:
         )
         async with aclosing(tokens):
             async for token_ids, finish_reason in tokens:
+                # Named once D streams what P prefilled, not if D failed first.
                 self.split_served = True
+                self.prefill_worker = prefill_id
                 yield self._chunk(token_ids, finish_reason)
 
     # -- helpers
