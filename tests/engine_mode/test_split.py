@@ -143,6 +143,12 @@ def test_a_split_request_decodes_from_the_prefill_engines_blocks(client, prefill
     assert handoff["source"] == prefill.address
     wait_until(lambda: leases(prefill) == 0, what="D to release P's hand-off")
 
+    # A prompt sharing its first two blocks: D fetches only the third.
+    shared = PROMPT[: 2 * BLOCK_SIZE] + [t + 100 for t in PROMPT[2 * BLOCK_SIZE :]]
+    assert complete(client, shared, 8) == expected(shared, 8)
+    handoff = decode.logged("hand-off fetched")[-1]
+    assert (handoff["blocks_reused"], handoff["blocks_transferred"]) == (2, 1)
+
     # Streamed, through the same split, the same tokens.
     prompt = [t + 1 for t in PROMPT]
     stream = client.completions.create(
@@ -150,7 +156,7 @@ def test_a_split_request_decodes_from_the_prefill_engines_blocks(client, prefill
     )
     text = "".join(c.choices[0].text for c in stream if c.choices)
     assert text == expected(prompt, 6)
-    assert len(decode.logged("hand-off fetched")) == fetched + 2
+    assert len(decode.logged("hand-off fetched")) == fetched + 3
 
 
 FALLBACK = "the prefill engine failed; the decode engine serves the request whole"
