@@ -15,7 +15,7 @@ import pytest
 from serve_process import ServeProcess
 from waiting import wait_until
 
-from kvrouter.client import RouterClient
+from kvrouter.client import RouterClient, WorkerLoad
 from kvrouter.client.generate import GenerateClient
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
@@ -183,3 +183,45 @@ def test_a_failed_prefill_engine_is_not_tried_again_while_it_cools_down(engines)
             registration.stop_background()
         process.kill()
         prefill.mode = "ok"
+
+
+def test_a_decode_engine_that_fails_the_split_passes_the_request_on_whole(engines):
+    prefill, _, _, _ = engines
+    prefill.received.clear()
+    failing = StubEngine(list(range(40, 60))).start()
+    healthy = StubEngine(list(range(140, 160))).start()
+    failing.mode = "unavailable"
+    # The healthy engine reports a long queue, so the router picks the failing one first.
+    healthy.load = WorkerLoad(queued_prefill_tokens=1_000_000)
+    process = ServeProcess(env={"KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS": "16"})
+    registrations = [
+        register(process.target, prefill, role="prefill", kv_transfer="vllm"),
+        register(process.target, failing, role="decode", kv_transfer="vllm"),
+        register(process.target, healthy, role="decode", kv_transfer="vllm"),
+    ]
+    try:
+        wait_until(
+            lambda: (
+                probe(process.target, PROMPT).decode_worker == registrations[1].worker_id
+                and probe(process.target, PROMPT).disaggregated
+            ),
+            what="a split onto the failing engine",
+        )
+        answer = generate(process.target)
+        assert answer.token_ids == healthy.tokens[:5]
+        assert (answer.prefill_worker, answer.decode_worker) == (None, registrations[2].worker_id)
+        assert not answer.stats.disaggregated
+        (asked,) = prefill.received
+        (refused,) = failing.received
+        (served,) = healthy.received
+        assert refused["kv_transfer_params"] == prefill.handed_off()
+        assert "kv_transfer_params" not in served
+        wait_until(
+            lambda: not any(booked(process.target).values()), what="every booking to be closed"
+        )
+    finally:
+        for registration in registrations:
+            registration.stop_background()
+        process.kill()
+        failing.stop()
+        healthy.stop()
