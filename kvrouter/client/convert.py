@@ -15,7 +15,7 @@ from kvrouter.client.types import (
     WorkerInfo,
     error_for,
 )
-from kvrouter.net.worker_protocol import PROTOCOL_NAMES
+from kvrouter.net.worker_protocol import KV_TRANSFER_NAMES, PROTOCOL_NAMES
 from kvrouter.proto_gen import router_pb2 as pb
 
 ROLE_VALUES = {"prefill": pb.ROLE_PREFILL, "decode": pb.ROLE_DECODE, "both": pb.ROLE_BOTH}
@@ -115,6 +115,8 @@ def worker_info(w: pb.WorkerInfo) -> WorkerInfo:
         active_decode_blocks=w.active_decode_blocks,
         active_requests=w.active_requests,
         protocol=PROTOCOL_NAMES.get(w.protocol, "unspecified"),
+        kv_transfer=KV_TRANSFER_NAMES.get(w.kv_transfer, "unspecified"),
+        bootstrap_port=w.bootstrap_port,
     )
 
 

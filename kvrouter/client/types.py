@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from kvrouter.net.worker_protocol import KVROUTER
+from kvrouter.net.worker_protocol import KV_TRANSFER_NONE, KVROUTER
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,10 @@ class WorkerInfo:
     active_requests: int
     # What `address` speaks: "kvrouter" or "openai" (kvrouter.net.worker_protocol).
     protocol: str = KVROUTER
+    # How an OpenAI engine takes part in a split request: "none", "vllm"
+    # or "sglang"; and SGLang's bootstrap port.
+    kv_transfer: str = KV_TRANSFER_NONE
+    bootstrap_port: int = 0
 
 
 @dataclass(frozen=True)

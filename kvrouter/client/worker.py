@@ -23,7 +23,14 @@ from kvrouter.client.convert import ROLE_VALUES, rpc_error
 from kvrouter.client.types import Registration, Unavailable, WorkerLoad
 from kvrouter.net.channels import CHANNEL_OPTIONS, aio_channel
 from kvrouter.net.credentials import Credentials
-from kvrouter.net.worker_protocol import KVROUTER, PROTOCOL_VALUES, check_address
+from kvrouter.net.worker_protocol import (
+    KV_TRANSFER_NONE,
+    KV_TRANSFER_VALUES,
+    KVROUTER,
+    PROTOCOL_VALUES,
+    check_address,
+    check_kv_transfer,
+)
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 
@@ -52,6 +59,8 @@ class WorkerRegistration:
         metadata: dict[str, str] | None = None,
         protocol: str = KVROUTER,
         publishes_events: bool = False,
+        kv_transfer: str = KV_TRANSFER_NONE,
+        bootstrap_port: int = 0,
         load: Callable[[], WorkerLoad | None] | None = None,
         timeout: float = 5.0,
         credentials: Credentials | None = None,
@@ -59,6 +68,7 @@ class WorkerRegistration:
         if role not in ROLE_VALUES:
             raise ValueError(f"role must be one of {', '.join(ROLE_VALUES)}")
         check_address(protocol, address)
+        check_kv_transfer(protocol, kv_transfer, role, bootstrap_port)
         self.target = target
         self.role = role
         self.capacity_blocks = capacity_blocks
@@ -75,6 +85,11 @@ class WorkerRegistration:
         # It streams KV events to this router: the router stops routing to
         # it while that stream is gone, whatever its index holds.
         self.publishes_events = publishes_events
+        # How an OpenAI engine takes part in a split request: "none",
+        # "vllm" (kv_transfer_params) or "sglang" (bootstrap, on
+        # `bootstrap_port` of the address's host).
+        self.kv_transfer = kv_transfer
+        self.bootstrap_port = bootstrap_port
         self.load = load or WorkerLoad
         self.timeout = timeout
         self.credentials = credentials
@@ -114,6 +129,8 @@ class WorkerRegistration:
             metadata=self.metadata,
             protocol=PROTOCOL_VALUES[self.protocol],
             publishes_events=self.publishes_events,
+            kv_transfer=KV_TRANSFER_VALUES[self.kv_transfer],
+            bootstrap_port=self.bootstrap_port,
             registration_token=self.registration_token,
         )
         if self.worker_id is not None:

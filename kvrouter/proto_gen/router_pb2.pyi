@@ -246,7 +246,7 @@ class ListWorkersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "routable", "seconds_since_heartbeat", "index_blocks", "next_event_seq", "queued_prefill_tokens", "active_decode_blocks", "active_requests", "model", "adapters", "protocol")
+    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "routable", "seconds_since_heartbeat", "index_blocks", "next_event_seq", "queued_prefill_tokens", "active_decode_blocks", "active_requests", "model", "adapters", "protocol", "kv_transfer", "bootstrap_port")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -270,6 +270,8 @@ class WorkerInfo(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    KV_TRANSFER_FIELD_NUMBER: _ClassVar[int]
+    BOOTSTRAP_PORT_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     role: Role
     address: str
@@ -286,7 +288,9 @@ class WorkerInfo(_message.Message):
     model: str
     adapters: _containers.RepeatedScalarFieldContainer[str]
     protocol: WorkerProtocol
-    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., routable: _Optional[bool] = ..., seconds_since_heartbeat: _Optional[float] = ..., index_blocks: _Optional[int] = ..., next_event_seq: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_requests: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ..., protocol: _Optional[_Union[WorkerProtocol, str]] = ...) -> None: ...
+    kv_transfer: KvTransferProtocol
+    bootstrap_port: int
+    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., routable: _Optional[bool] = ..., seconds_since_heartbeat: _Optional[float] = ..., index_blocks: _Optional[int] = ..., next_event_seq: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_requests: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ..., protocol: _Optional[_Union[WorkerProtocol, str]] = ..., kv_transfer: _Optional[_Union[KvTransferProtocol, str]] = ..., bootstrap_port: _Optional[int] = ...) -> None: ...
 
 class ListWorkersResponse(_message.Message):
     __slots__ = ("workers",)

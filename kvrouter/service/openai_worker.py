@@ -110,19 +110,15 @@ class EngineClient:
         *,
         first_token_s: float,
         token_gap_s: float,
+        extra: dict | None = None,
     ) -> AsyncIterator[tuple[list[int], int]]:
         """(token ids, finish reason) per streamed choice, the last with its
-        finish reason set."""
-        url = address.rstrip("/") + "/v1/completions"
-        post = self._client().post(
-            url,
-            data=msgspec.json.encode(completion_body(request, prompt)),
-            headers={"X-Request-Id": request.request_id, "Content-Type": "application/json"},
+        finish reason set. `extra`: fields added to the body (a split
+        request's, service/engine_split/)."""
+        body = {**completion_body(request, prompt), **(extra or {})}
+        response = await self._post(
+            worker_id, address, request, body, first_token_s, deadline, "generate"
         )
-        try:
-            response = await within(post, first_token_s, worker_id, deadline, "generate")
-        except (aiohttp.ClientError, OSError) as e:
-            raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
         finished = False
         try:
             if response.status != 200:
@@ -173,6 +169,56 @@ class EngineClient:
                 response.release()
             else:
                 response.close()
+
+    async def complete(
+        self,
+        worker_id: int,
+        address: str,
+        request: gen.GenerateRequest,
+        body: dict,
+        deadline: Deadline,
+        timeout_s: float,
+    ) -> dict:
+        """The whole answer to a non-streamed `body`, within `timeout_s`."""
+        response = await self._post(
+            worker_id, address, request, body, timeout_s, deadline, "prefill"
+        )
+        try:
+            if response.status != 200:
+                raise await _refusal(worker_id, response)
+            try:
+                text = await within(response.read(), timeout_s, worker_id, deadline, "prefill")
+                answer = msgspec.json.decode(text)
+            except (aiohttp.ClientError, OSError, msgspec.DecodeError) as e:
+                raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
+        finally:
+            response.close()
+        if not isinstance(answer, dict):
+            raise WorkerFailure(
+                worker_id, grpc.StatusCode.UNAVAILABLE, "the answer is not an object"
+            )
+        return answer
+
+    async def _post(
+        self,
+        worker_id: int,
+        address: str,
+        request: gen.GenerateRequest,
+        body: dict,
+        timeout_s: float,
+        deadline: Deadline,
+        stage: str,
+    ) -> aiohttp.ClientResponse:
+        """The response's headers, within `timeout_s`."""
+        post = self._client().post(
+            address.rstrip("/") + "/v1/completions",
+            data=msgspec.json.encode(body),
+            headers={"X-Request-Id": request.request_id, "Content-Type": "application/json"},
+        )
+        try:
+            return await within(post, timeout_s, worker_id, deadline, stage)
+        except (aiohttp.ClientError, OSError) as e:
+            raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
 
 
 async def _events(

@@ -14,13 +14,17 @@ hanging:
   prompt plus the tokens so far (greedy output is unchanged).
 
 A decode worker that is an OpenAI-compatible engine (vLLM, SGLang: it
-registered WORKER_PROTOCOL_OPENAI) generates the whole request over HTTP
-(openai_worker.py): a decision that names a prefill worker for it is run
-aggregated, the prefill booking released at once, and such engines are
-never sent a Prefill. Its failure before the first token moves the
-request to the next decode worker; after tokens were sent it ends the
-request (UNAVAILABLE): the engine's seeded sampling cannot be resumed
-elsewhere, so a continuation would not be the answer one engine gives.
+registered WORKER_PROTOCOL_OPENAI) generates over HTTP (openai_worker.py).
+A decision that pairs it with a prefill engine of the same `kv_transfer`
+protocol runs that protocol once (service/engine_split/: vLLM's
+kv_transfer_params, SGLang's bootstrap); P failing its part serves the
+request whole on D, and later requests too while P cools down. Any other
+decision that names a prefill worker for an engine runs aggregated, the
+prefill booking released at once, and engines are never sent a kvrouter
+Prefill. D's failure before the first token moves the request to the next
+decode worker, served whole; after tokens were sent it ends the request
+(UNAVAILABLE): the engine's seeded sampling cannot be resumed elsewhere,
+so a continuation would not be the answer one engine gives.
 
 A failure the request caused (INVALID_ARGUMENT, FAILED_PRECONDITION: e.g.
 its sampling failed on the worker) ends it without trying another worker,
@@ -43,6 +47,7 @@ import grpc
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import worker_pb2 as wpb
 from kvrouter.service.breaker import fingerprint
+from kvrouter.service.engine_split import Engine, PrefillFailed, Protocol, SplitCall
 from kvrouter.service.proxy_context import ProxyContext
 from kvrouter.service.worker_calls import (
     Deadline,
@@ -87,13 +92,20 @@ class ProxiedRequest:
         self.handoff_stats: gen.HandoffStats | None = None
         self.started = time.perf_counter()
         self.token_times: list[float] = []
+        # How the decision's engines split the request, until it is tried.
+        self.engine_split: Protocol | None = None
+        self.split_served = False
 
     # -- the whole request
 
     async def stream(self) -> AsyncIterator[gen.GenerateResponse]:
         handoff = None
         if self.decision.disaggregated and self.ctx.over_http(self.decode_worker):
-            self.ctx.policy.prefill_done(self.request_id)
+            self.engine_split = self.ctx.engine_split(
+                self.decision.prefill_worker, self.decode_worker
+            )
+            if self.engine_split is None:
+                self.ctx.policy.prefill_done(self.request_id)
         elif self.decision.disaggregated:
             prefill = await self._prefill()
             self.ctx.policy.prefill_done(self.request_id)
@@ -279,6 +291,29 @@ class ProxiedRequest:
         raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, "the stream ended early")
 
     async def _generate_over_http(self, worker_id, address) -> AsyncIterator[gen.GenerateResponse]:
+        split, self.engine_split = self.engine_split, None
+        if split is not None and worker_id != self.decision.decode_worker:
+            # The decision's D is passed over (it failed this request before).
+            self.ctx.policy.prefill_done(self.request_id)
+        elif split is not None:
+            try:
+                async with aclosing(self._split_over_http(split, worker_id, address)) as chunks:
+                    async for chunk in chunks:
+                        yield chunk
+                return
+            except PrefillFailed as e:
+                log.warning(
+                    "the prefill engine failed; the decode engine serves the request whole",
+                    extra={
+                        "fields": {
+                            "request_id": self.request_id,
+                            "worker_id": self.decision.prefill_worker,
+                            "error": str(e),
+                        }
+                    },
+                )
+                self.retries += 1
+                self.ctx.cool_down(self.decision.prefill_worker)
         request = self._attempt()
         tokens = self.ctx.engines.generate(
             worker_id,
@@ -291,6 +326,32 @@ class ProxiedRequest:
         )
         async with aclosing(tokens):
             async for token_ids, finish_reason in tokens:
+                yield self._chunk(token_ids, finish_reason)
+
+    async def _split_over_http(
+        self, split: Protocol, worker_id: int, address: str
+    ) -> AsyncIterator[gen.GenerateResponse]:
+        prefill_id = self.decision.prefill_worker
+        record = self.ctx.workers.get(prefill_id)
+        tokens = split(
+            SplitCall(
+                engines=self.ctx.engines,
+                request=self.request,
+                prompt=self.prompt,
+                prefill=Engine(prefill_id, record.address, record.bootstrap_port),
+                decode=Engine(worker_id, address),
+                deadline=self.deadline,
+                prefill_s=self.deadline.timeout(self.config.prefill_timeout_s, "prefill"),
+                first_token_s=self.deadline.timeout(self.config.prefill_timeout_s, "generate"),
+                token_gap_s=self.config.token_timeout_s,
+                prefill_done=lambda: self.ctx.policy.prefill_done(self.request_id),
+            )
+        )
+        async with aclosing(tokens):
+            async for token_ids, finish_reason in tokens:
+                # Named once D streams what P prefilled, not if D failed first.
+                self.split_served = True
+                self.prefill_worker = prefill_id
                 yield self._chunk(token_ids, finish_reason)
 
     # -- helpers
@@ -377,7 +438,7 @@ class ProxiedRequest:
             if len(self.generated) > 1
             else 0.0,
             max_itl_ms=1000.0 * max(gaps, default=0.0),
-            disaggregated=self.handoff_stats is not None,
+            disaggregated=self.handoff_stats is not None or self.split_served,
             retries=self.retries,
         )
         if self.handoff_stats is not None:

@@ -17,6 +17,7 @@ from kvrouter.net.worker_protocol import OPENAI
 from kvrouter.policy import Router
 from kvrouter.proto_gen import worker_pb2 as wpb
 from kvrouter.service.breaker import RequestBreaker
+from kvrouter.service.engine_split import Protocol, protocol_for
 from kvrouter.service.openai_worker import EngineClient
 from kvrouter.service.proxy_config import ProxyConfig
 from kvrouter.service.workers import WorkerTable
@@ -43,6 +44,21 @@ class ProxyContext:
     def over_http(self, worker_id: int) -> bool:
         """Whether the worker is an OpenAI-compatible engine (openai_worker.py)."""
         return self.workers.protocol(worker_id) == OPENAI
+
+    def engine_split(self, prefill_id: int, decode_id: int) -> Protocol | None:
+        """How two engines split a request between them (service/engine_split/):
+        both over HTTP and registered with the same kv_transfer; None if
+        they cannot, or if the prefill engine failed lately (a dead or
+        hung one would cost every request its timeout until it leaves
+        routing)."""
+        if not (self.over_http(prefill_id) and self.over_http(decode_id)):
+            return None
+        if self.cooling_down(prefill_id):
+            return None
+        kv_transfer = self.workers.kv_transfer(prefill_id)
+        if kv_transfer != self.workers.kv_transfer(decode_id):
+            return None
+        return protocol_for(kv_transfer)
 
     def cool_down(self, worker_id: int) -> None:
         self._cooldown[worker_id] = time.monotonic() + self.config.failure_cooldown_s

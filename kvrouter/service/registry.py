@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import time
 
-from kvrouter.net.worker_protocol import PROTOCOL_NAMES, PROTOCOL_VALUES
+from kvrouter.net.worker_protocol import (
+    KV_TRANSFER_NAMES,
+    KV_TRANSFER_VALUES,
+    PROTOCOL_NAMES,
+    PROTOCOL_VALUES,
+)
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 from kvrouter.service.config import ServiceConfig
@@ -28,6 +33,9 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
             protocol = PROTOCOL_NAMES.get(request.protocol)
             if protocol is None:
                 raise invalid("protocol must be WORKER_PROTOCOL_KVROUTER or WORKER_PROTOCOL_OPENAI")
+            kv_transfer = KV_TRANSFER_NAMES.get(request.kv_transfer)
+            if kv_transfer is None:
+                raise invalid("kv_transfer must be KV_TRANSFER_NONE, _VLLM or _SGLANG")
             worker_id = (
                 request.worker_id if request.HasField("worker_id") else await self.workers.next_id()
             )
@@ -42,6 +50,8 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
                 protocol=protocol,
                 metadata=dict(request.metadata),
                 publishes_events=request.publishes_events,
+                kv_transfer=kv_transfer,
+                bootstrap_port=request.bootstrap_port,
             )
             token = self.workers.register(record, request.registration_token)
         except ServiceError as e:
@@ -92,6 +102,8 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
                     model=r.model,
                     adapters=r.adapters,
                     protocol=PROTOCOL_VALUES[r.protocol],
+                    kv_transfer=KV_TRANSFER_VALUES[r.kv_transfer],
+                    bootstrap_port=r.bootstrap_port,
                     routable=not r.stale,
                     seconds_since_heartbeat=now - r.last_heartbeat,
                     index_blocks=blocks,

@@ -13,7 +13,12 @@ import time
 from dataclasses import dataclass, field
 
 from kvrouter._core import ADAPTER_SEPARATOR, PrefixIndex
-from kvrouter.net.worker_protocol import KVROUTER, check_address
+from kvrouter.net.worker_protocol import (
+    KV_TRANSFER_NONE,
+    KVROUTER,
+    check_address,
+    check_kv_transfer,
+)
 from kvrouter.policy import Router
 from kvrouter.roles import ROLES
 from kvrouter.service.convert import check_model
@@ -57,6 +62,10 @@ class WorkerRecord:
     token: int = 0
     # It streams its KV events here, so no stream means its cache is unseen.
     publishes_events: bool = False
+    # How an OpenAI engine takes part in a split request
+    # (kvrouter.net.worker_protocol), and SGLang's bootstrap port.
+    kv_transfer: str = KV_TRANSFER_NONE
+    bootstrap_port: int = 0
 
 
 class WorkerTable:
@@ -108,6 +117,10 @@ class WorkerTable:
     def protocol(self, worker_id: int) -> str:
         record = self._workers.get(worker_id)
         return record.protocol if record is not None else ""
+
+    def kv_transfer(self, worker_id: int) -> str:
+        record = self._workers.get(worker_id)
+        return record.kv_transfer if record is not None else KV_TRANSFER_NONE
 
     @property
     def next_unused_id(self) -> int:
@@ -170,6 +183,7 @@ class WorkerTable:
                     "role": record.role,
                     "address": record.address,
                     "protocol": record.protocol,
+                    "kv_transfer": record.kv_transfer,
                     "model": record.model,
                 }
             },
@@ -233,6 +247,7 @@ def _check_size(record: WorkerRecord) -> None:
         )
     try:
         check_address(record.protocol, record.address)
+        check_kv_transfer(record.protocol, record.kv_transfer, record.role, record.bootstrap_port)
     except ValueError as e:
         raise invalid(str(e)) from None
     if len(record.metadata) > MAX_METADATA_ENTRIES:

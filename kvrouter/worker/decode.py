@@ -19,7 +19,7 @@ from kvrouter.worker.requests import Requests, abort_for
 from kvrouter.worker.transfer import KvTransfer, TransferError
 
 
-class _Pins:
+class Pins:
     """Blocks pinned for one hand-off on the decode side; used only on the
     engine thread, so pinning and releasing never race."""
 
@@ -37,7 +37,7 @@ class _Pins:
             self.block_ids = []
 
 
-def _import(engine, tokens: list[int], blocks, pins: _Pins) -> None:
+def import_pinned(engine, tokens: list[int], blocks, pins: Pins) -> None:
     engine.import_blocks(tokens, blocks)
     pins.pin(engine, blocks.block_ids)
 
@@ -90,7 +90,7 @@ class DecodeSide:
         tokens = [*prompt, handoff.first_token]
         rest = dataclasses.replace(params, max_tokens=params.max_tokens - 1)
         block_ids = list(handoff.block_ids)
-        pins = _Pins()
+        pins = Pins()
         started = time.perf_counter()
         try:
             held = await self.engine.call(pins.pin, block_ids)
@@ -113,7 +113,7 @@ class DecodeSide:
                     )
                 num_bytes = fetched.num_bytes
                 try:
-                    await self.engine.call(_import, tokens, fetched.blocks, pins)
+                    await self.engine.call(import_pinned, tokens, fetched.blocks, pins)
                 except (ValueError, RuntimeError) as e:
                     await abort_for(context, e, "cannot import the hand-off's blocks")
             stats = gen.HandoffStats(

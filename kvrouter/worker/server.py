@@ -58,6 +58,7 @@ class WorkerServer:
         self.transfer = transfer or GrpcKvTransfer(self.channels, config.max_chunk_bytes)
         self.identity = Identity(config.worker_id or 0, "", config.role)
         self.engine_loop: EngineLoop | None = None
+        self.leases: LeaseTable | None = None
         self.registrations: list[WorkerRegistration] = []
         self.publisher: EventPublisher | None = None
         self._nats_client = None
@@ -89,8 +90,8 @@ class WorkerServer:
         c = self.config
         self.engine_loop = EngineLoop(self._engine(), asyncio.get_running_loop())
         self.engine_loop.start()
-        leases = LeaseTable(self.engine_loop, c.lease_ms / 1000.0)
-        service = WorkerService(self.engine_loop, leases, self.transfer, c, self.identity)
+        self.leases = LeaseTable(self.engine_loop, c.lease_ms / 1000.0)
+        service = WorkerService(self.engine_loop, self.leases, self.transfer, c, self.identity)
         server = grpc.aio.server(
             interceptors=auth.interceptors(c.auth_tokens_file, health_open=c.health_open),
             options=SERVER_OPTIONS,
@@ -104,7 +105,7 @@ class WorkerServer:
         await server.start()
         self._server = server
         self.identity.address = c.advertise or f"{c.listen.rsplit(':', 1)[0]}:{port}"
-        self._tasks.append(asyncio.create_task(leases.expire_forever()))
+        self._tasks.append(asyncio.create_task(self.leases.expire_forever()))
         if c.routers:
             await self._join(c)
         if c.vllm_http_listen:
@@ -160,6 +161,7 @@ class WorkerServer:
         try:
             from kvrouter.net.http_server import HttpServer
             from kvrouter.worker.engine_mode.app import EngineApi
+            from kvrouter.worker.engine_mode.handoff import Handoffs
             from kvrouter.worker.engine_mode.kv_events import ZmqEventPublisher
         except ModuleNotFoundError as e:
             raise RuntimeError(
@@ -175,8 +177,17 @@ class WorkerServer:
         )
         self.sink.attach(self.kv_events)
         # vLLM serves a model under its path unless given a name.
+        handoffs = Handoffs(
+            self.engine_loop,
+            self.leases,
+            self.transfer,
+            self.channels,
+            self.identity,
+            c.fetch_timeout_s,
+        )
         self.engine_api = EngineApi(
             self.engine_loop,
+            handoffs,
             c.served_model_name or str(c.model),
             str(c.model),
             self.engine_loop.engine.max_model_len,

@@ -185,6 +185,14 @@ def test_engines_load_from_toml_with_dp_ranks(tmp_path):
         ({"engines": [{"name": "a", "endpoint": "tcp://h:1", "worker_ids": [1, 2]}]}, "one id"),
         ({"engines": [{"name": "a", "endpoint": "tcp://h:1"}] * 2}, "unique"),
         ({"engines": [{"name": "", "endpoint": "tcp://h:1"}]}, "needs a name"),
+        (
+            {"engines": [{"name": "a", "endpoint": "tcp://h:1", "kv_transfer": "nixl"}]},
+            "kv_transfer must be one of",
+        ),
+        (
+            {"engines": [{"name": "a", "endpoint": "tcp://h:1", "kv_transfer": "sglang"}]},
+            "bootstrap_port",
+        ),
     ],
 )
 def test_bad_engine_configs_say_what_is_wrong(config, message):

@@ -9,7 +9,7 @@ import queue
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -41,6 +41,21 @@ class EngineWorker:
     url: str
     kv_events: str
     kv_replay: str
+    # Its gRPC Worker service, where decode workers fetch its hand-offs.
+    address: str
+    lines: queue.Queue
+    seen: list[dict] = field(default_factory=list)
+
+    def logged(self, msg: str) -> list[dict]:
+        """The JSON log records with this message, so far."""
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                break
+            if line is not None and line.startswith("{"):
+                self.seen.append(json.loads(line))
+        return [r for r in self.seen if r.get("msg") == msg]
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -88,7 +103,12 @@ def start_engine_worker(model, *flags: str) -> EngineWorker:
         record = json.loads(line) if line.startswith("{") else {}
         if record.get("msg") == "worker serving":
             return EngineWorker(
-                proc, record["http_address"], record["kv_events"], record["kv_events_replay"]
+                proc,
+                record["http_address"],
+                record["kv_events"],
+                record["kv_events_replay"],
+                record["address"],
+                lines,
             )
     raise AssertionError("the worker exited before it served")
 

@@ -41,6 +41,7 @@ address = "{worker.url}"
 model = "{MODEL}"
 capacity_blocks = {NUM_KV_BLOCKS}
 probe_interval_s = 0.2
+kv_transfer = "vllm"
 """
     )
     sidecar = subprocess.Popen(
@@ -63,6 +64,7 @@ def test_the_router_indexes_and_weighs_the_worker_through_the_sidecar(deployment
     router, worker = deployment
     wait_until(lambda: worker.url in listed(router), what="the sidecar to register the worker")
     assert listed(router)[worker.url].model == MODEL
+    assert listed(router)[worker.url].kv_transfer == "vllm"
 
     with openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused") as client:
         stream = client.completions.create(

@@ -9,9 +9,10 @@ from .stub import StubEngine
 MODEL = "tiny"
 
 
-def register(target: str, stub: StubEngine, role: str = "both") -> WorkerRegistration:
+def register(target: str, stub: StubEngine, role: str = "both", **fields) -> WorkerRegistration:
     """Registers `stub` as the sidecar registers an engine, its heartbeats
-    carrying the load the test sets on it (`stub.load`)."""
+    carrying the load the test sets on it (`stub.load`); `fields` are
+    more of WorkerRegistration's (kv_transfer, bootstrap_port)."""
     registration = WorkerRegistration(
         target,
         role=role,
@@ -20,6 +21,7 @@ def register(target: str, stub: StubEngine, role: str = "both") -> WorkerRegistr
         model=MODEL,
         protocol="openai",
         load=lambda: stub.load,
+        **fields,
     )
     registration.start_background()
     return registration

@@ -6,7 +6,17 @@ last choice with the finish reason, a usage summary, then [DONE]. It
 records every body it receives, and can be told to fail: `mode`
 "unavailable" (503 before any token), "refuse" (400), "drop" (the
 connection cut after two tokens), "hang" (headers, then nothing) or "hold"
-(one token, then nothing until the client leaves)."""
+(one token, then nothing until the client leaves).
+
+A request with `"stream": false` gets the whole answer at once; one with
+vLLM's `kv_transfer_params.do_remote_decode` (a prefill for a decode
+elsewhere) gets `kv_transfer_params` pointing D at this stub, unless
+`mode` is "no_params". `request_ids` records each request's X-Request-Id.
+
+SGLang's bootstrap: a prefill stub (`bootstrap_port` set) notes the
+`bootstrap_room` of each request it answers; a decode stub given that
+stub as its `prefill` refuses a request whose bootstrap fields do not name
+it, and sends no token until the prefill stub has seen the room."""
 
 from __future__ import annotations
 
@@ -25,12 +35,19 @@ from kvrouter.net.http_server import HttpServer
 
 
 class StubEngine:
-    def __init__(self, tokens: list[int]) -> None:
+    def __init__(
+        self, tokens: list[int], bootstrap_port: int = 0, prefill: StubEngine | None = None
+    ) -> None:
         self.tokens = tokens
+        self.bootstrap_port = bootstrap_port
+        self.prefill = prefill
+        # The bootstrap rooms this (prefill) stub has done its part for.
+        self.rooms: set[int] = set()
         self.mode = "ok"
         self.received: list[dict] = []
         # The client address (host, port) of each request.
         self.peers: list[tuple[str, int]] = []
+        self.request_ids: list[str] = []
         # Streams that ended with the client gone before the last event.
         self.disconnects = 0
         # What its registration's heartbeats report.
@@ -57,19 +74,56 @@ class StubEngine:
         body = await request.json()
         self.received.append(body)
         self.peers.append(tuple(request.client))
+        self.request_ids.append(request.headers.get("x-request-id", ""))
         if self.mode == "unavailable":
             error = {"error": {"message": "the engine is overloaded", "code": 503}}
             return JSONResponse(error, status_code=503)
         if self.mode == "refuse":
             error = {"error": {"message": "max_tokens is too large", "code": 400}}
             return JSONResponse(error, status_code=400)
+        if self.prefill is not None and "bootstrap_room" in body:
+            expected = ("127.0.0.1", self.prefill.bootstrap_port)
+            if (body.get("bootstrap_host"), body.get("bootstrap_port")) != expected:
+                error = {"error": {"message": "not the prefill's bootstrap address", "code": 400}}
+                return JSONResponse(error, status_code=400)
+        if body.get("stream") is False:
+            return await self._whole(body)
         return StreamingResponse(self._events(body), media_type="text/event-stream")
+
+    async def _whole(self, body: dict) -> JSONResponse:
+        if self.mode in ("hang", "hold"):
+            await asyncio.Event().wait()
+        if "bootstrap_room" in body:
+            self.rooms.add(body["bootstrap_room"])
+        tokens = self.tokens[: body["max_tokens"]]
+        reason = "length" if len(tokens) == body["max_tokens"] else "stop"
+        answer = {**_chunk(body, tokens, reason), "kv_transfer_params": None}
+        asked = body.get("kv_transfer_params") or {}
+        if asked.get("do_remote_decode") and self.mode != "no_params":
+            answer["kv_transfer_params"] = self.handed_off()
+        return JSONResponse(answer)
+
+    def handed_off(self) -> dict:
+        """What this stub answers a prefill for a remote decode with."""
+        return {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_engine_id": f"stub-{self._server.port}",
+            "remote_block_ids": [7, 8, 9],
+            "remote_host": "127.0.0.1",
+            "remote_port": self._server.port,
+            "tp_size": 1,
+        }
 
     async def _events(self, body: dict):
         mode, finished = self.mode, False
         try:
             if mode == "hang":
                 await asyncio.Event().wait()
+            if self.prefill is not None and "bootstrap_room" in body:
+                # The prefill stub runs on a loop of its own: its rooms are polled.
+                while body["bootstrap_room"] not in self.prefill.rooms:
+                    await asyncio.sleep(0.01)
             count = min(body["max_tokens"], len(self.tokens))
             for i, token in enumerate(self.tokens[:count]):
                 if mode == "drop" and i == 2:

@@ -15,6 +15,8 @@ capacity_blocks = 40000
 model = "llama-3-8b"                       # the model requests name to reach it
 adapters = ["sql"]                         # LoRA adapters it serves: "llama-3-8b:sql"
 namespace = ""                             # cache salt its blocks hash with
+kv_transfer = "vllm"                       # split requests: none | vllm | sglang
+bootstrap_port = 8998                      # sglang prefill: its bootstrap port
 ```
 
 Global DP rank r publishes on the endpoints' ports + r, as vLLM offsets
@@ -33,6 +35,8 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from kvrouter.net.worker_protocol import KV_TRANSFER_NONE, OPENAI, check_kv_transfer
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,12 @@ class EngineConfig:
     namespace: str = ""
     # ZMQ topic prefix to subscribe to ("" is every message).
     topic: str = ""
+    # How it takes part in a request the router splits between a prefill
+    # and a decode engine: "none", "vllm" (its --kv-transfer-config, e.g.
+    # NixlConnector) or "sglang" (--disaggregation-mode), whose prefill
+    # engines name their --disaggregation-bootstrap-port.
+    kv_transfer: str = KV_TRANSFER_NONE
+    bootstrap_port: int = 0
     streams: tuple[Stream, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -71,6 +81,10 @@ class EngineConfig:
             raise ValueError(
                 f"engine {self.name}: probe_interval_s and probe_timeout_s must be > 0"
             )
+        try:
+            check_kv_transfer(OPENAI, self.kv_transfer, self.role, self.bootstrap_port)
+        except ValueError as e:
+            raise ValueError(f"engine {self.name}: {e}") from None
         if self.data_parallel_size < 1:
             raise ValueError(f"engine {self.name}: data_parallel_size must be >= 1")
         if self.data_parallel_start_rank < 0:

@@ -123,6 +123,8 @@ class VllmSidecar:
                     load=self._load(engine, stream.dp_rank),
                     protocol=OPENAI,
                     publishes_events=self.nats is None,
+                    kv_transfer=engine.kv_transfer,
+                    bootstrap_port=engine.bootstrap_port,
                 )
                 await registration.start(wait_for_router=True)
                 self.registrations.append(registration)

@@ -2,7 +2,8 @@
 `POST /v1/completions`, `GET /v1/models`, `GET /health` (503 while the
 worker drains) and `GET /metrics`. Requests run on the worker's engine
 loop as its gRPC Generate calls do; one whose client goes away is aborted,
-which frees its blocks."""
+which frees its blocks. A request with `kv_transfer_params` is one half
+of a split request (handoff.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from kvrouter.worker.engine_mode.completions import (
     error_body,
     parse,
 )
+from kvrouter.worker.engine_mode.handoff import Handoffs
 from kvrouter.worker.engine_mode.metrics import VllmMetrics
 
 
@@ -38,8 +40,16 @@ def _sse(body: dict) -> str:
 
 
 class EngineApi:
-    def __init__(self, engine: EngineLoop, model_name: str, root: str, max_model_len: int) -> None:
+    def __init__(
+        self,
+        engine: EngineLoop,
+        handoffs: Handoffs,
+        model_name: str,
+        root: str,
+        max_model_len: int,
+    ) -> None:
         self.engine = engine
+        self.handoffs = handoffs
         self.model_name = model_name
         self.root = root
         self.max_model_len = max_model_len
@@ -90,11 +100,20 @@ class EngineApi:
         if model is not None and model != self.model_name:
             return _error(f"The model `{model}` does not exist.", 404)
         responder = Responder.for_request(completion, self.model_name)
+        hooks = {}
+        if completion.remote_decode:
+            hooks["on_finish"] = self.handoffs.pin_when_done(responder.id, completion.prompt)
+        elif completion.remote_prefill:
+            unpin = await self.handoffs.fetch(completion.prompt, completion.kv_transfer_params)
+            if unpin is not None:
+                hooks["on_scheduled"] = unpin
         try:
             handle = await self.engine.add_request(
-                completion.prompt, completion.params, responder.id
+                completion.prompt, completion.params, responder.id, **hooks
             )
         except ValueError as e:
+            if "on_scheduled" in hooks:
+                self.engine.post(hooks["on_scheduled"])
             return _error(str(e), 400)
         outputs = self._outputs(handle, responder.id, completion)
         if completion.stream:
@@ -135,7 +154,8 @@ class EngineApi:
                         continue
                     generated += len(output.new_token_ids)
                     reason = output.finish_reason if output.finished else None
-                    yield _sse(responder.chunk(output.new_token_ids, reason, first))
+                    handoff = self._handoff(responder) if output.finished else None
+                    yield _sse(responder.chunk(output.new_token_ids, reason, first, handoff))
                     first = False
             if responder.request.include_usage:
                 yield _sse(responder.usage_chunk(generated, handle.seq.num_cached_tokens))
@@ -176,7 +196,14 @@ class EngineApi:
             tokens, reason = task.result()
         except RuntimeError as e:
             return _error(str(e), 500)
-        return JSONResponse(responder.response(tokens, reason, handle.seq.num_cached_tokens))
+        cached = handle.seq.num_cached_tokens
+        return JSONResponse(responder.response(tokens, reason, cached, self._handoff(responder)))
+
+    def _handoff(self, responder: Responder) -> dict | None:
+        """A finished prefill's kv_transfer_params for its decode worker."""
+        if not responder.request.remote_decode:
+            return None
+        return self.handoffs.answer(responder.id)
 
 
 async def _disconnected(request: Request) -> None:

@@ -1,7 +1,8 @@
 """`POST /v1/completions` bodies in and out, as vLLM 0.33 reads and writes
 them (vllm/entrypoints/openai/completion/): token-id prompts only, one
 choice, no logprobs; the text of every choice is empty, as this worker
-keeps no tokenizer."""
+keeps no tokenizer. `kv_transfer_params` is vLLM's P/D protocol
+(handoff.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from kvrouter.engine import SamplingParams
 DEFAULT_MAX_TOKENS = 16
 DEFAULT_TEMPERATURE = 1.0
 # Features this mode does not serve; vLLM would honour them.
-UNSUPPORTED = ("echo", "logprobs", "suffix", "prompt_logprobs", "kv_transfer_params")
+UNSUPPORTED = ("echo", "logprobs", "suffix", "prompt_logprobs")
 
 
 @dataclass
@@ -26,6 +27,18 @@ class CompletionRequest:
     stream: bool
     include_usage: bool
     return_token_ids: bool
+    # vLLM's P/D protocol: {} when not part of a split request.
+    kv_transfer_params: dict
+
+    @property
+    def remote_decode(self) -> bool:
+        """A prefill whose blocks a decode worker fetches."""
+        return bool(self.kv_transfer_params.get("do_remote_decode"))
+
+    @property
+    def remote_prefill(self) -> bool:
+        """A decode whose prompt's blocks a prefill worker holds."""
+        return bool(self.kv_transfer_params.get("do_remote_prefill"))
 
 
 def parse(body: Any) -> CompletionRequest:
@@ -45,6 +58,9 @@ def parse(body: Any) -> CompletionRequest:
     stream_options = body.get("stream_options") or {}
     if not isinstance(stream_options, dict):
         raise ValueError("stream_options must be an object")
+    kv_transfer_params = body.get("kv_transfer_params") or {}
+    if not isinstance(kv_transfer_params, dict):
+        raise ValueError("kv_transfer_params must be an object")
     stop_token_ids = body.get("stop_token_ids") or []
     if not isinstance(stop_token_ids, list) or not all(_is_int(t) for t in stop_token_ids):
         raise ValueError("stop_token_ids must be a list of token ids")
@@ -64,6 +80,7 @@ def parse(body: Any) -> CompletionRequest:
         stream=bool(body.get("stream")),
         include_usage=bool(stream_options.get("include_usage")),
         return_token_ids=bool(body.get("return_token_ids")),
+        kv_transfer_params=kv_transfer_params,
     )
 
 
@@ -125,7 +142,13 @@ class Responder:
             "model": self.model,
         }
 
-    def chunk(self, token_ids: list[int], finish_reason: str | None, first: bool) -> dict:
+    def chunk(
+        self,
+        token_ids: list[int],
+        finish_reason: str | None,
+        first: bool,
+        kv_transfer_params: dict | None = None,
+    ) -> dict:
         """A streamed chunk; the first carries the prompt's token ids."""
         return {
             **self._head(),
@@ -141,7 +164,7 @@ class Responder:
                     "weight_versions": None,
                 }
             ],
-            "kv_transfer_params": None,
+            "kv_transfer_params": kv_transfer_params,
         }
 
     def usage_chunk(self, completion_tokens: int, cached_tokens: int) -> dict:
@@ -151,7 +174,13 @@ class Responder:
             "usage": usage(len(self.request.prompt), completion_tokens, cached_tokens),
         }
 
-    def response(self, token_ids: list[int], finish_reason: str, cached_tokens: int) -> dict:
+    def response(
+        self,
+        token_ids: list[int],
+        finish_reason: str,
+        cached_tokens: int,
+        kv_transfer_params: dict | None = None,
+    ) -> dict:
         """The whole, non-streamed answer."""
         prompt = self.request.prompt
         return {
@@ -173,7 +202,7 @@ class Responder:
             "service_tier": None,
             "system_fingerprint": None,
             "usage": usage(len(prompt), len(token_ids), cached_tokens),
-            "kv_transfer_params": None,
+            "kv_transfer_params": kv_transfer_params,
             "ec_transfer_params": None,
             "metrics": None,
         }

@@ -1,0 +1,115 @@
+"""A request split between two engines that registered SGLang's bootstrap
+protocol (KV_TRANSFER_SGLANG), against stub engines on 127.0.0.1 and a
+real `kvrouter serve`: both are sent the request at once with P's
+bootstrap host and port and one room; D (which sends nothing until P has
+seen the room) streams the answer. P failing before D's first token
+cancels D's call and serves the request whole on D."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from serve_process import ServeProcess
+from waiting import wait_until
+
+from kvrouter.client.generate import GenerateClient
+
+from .helpers import MODEL, booked, probe, register
+from .stub import StubEngine
+
+PROMPT = [random.Random(6).randrange(3, 256) for _ in range(200)]
+BOOTSTRAP_PORT = 8998
+
+
+@pytest.fixture(scope="module")
+def router():
+    process = ServeProcess(
+        "--proxy",
+        "prefill_timeout_s=3",
+        # Each test's failures are its own: a failed prefill engine is
+        # tried again by the next test's request.
+        "--proxy",
+        "failure_cooldown_s=0.001",
+        # Every prompt of more than a block is worth a prefill engine.
+        env={"KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS": "16"},
+    )
+    yield process
+    process.kill()
+
+
+@pytest.fixture(scope="module")
+def engines(router):
+    prefill = StubEngine(list(range(100, 120)), bootstrap_port=BOOTSTRAP_PORT).start()
+    decode = StubEngine(list(range(40, 60)), prefill=prefill).start()
+    registrations = [
+        register(
+            router.target,
+            prefill,
+            role="prefill",
+            kv_transfer="sglang",
+            bootstrap_port=BOOTSTRAP_PORT,
+        ),
+        register(router.target, decode, role="decode", kv_transfer="sglang"),
+    ]
+    yield prefill, decode, registrations[0].worker_id, registrations[1].worker_id
+    for registration in registrations:
+        registration.stop_background()
+    prefill.stop()
+    decode.stop()
+
+
+@pytest.fixture
+def pair(router, engines):
+    prefill, decode, prefill_id, _ = engines
+    for stub in (prefill, decode):
+        stub.mode = "ok"
+        stub.received.clear()
+        stub.disconnects = 0
+    wait_until(
+        lambda: probe(router.target, PROMPT).prefill_worker == prefill_id,
+        what="a split decision",
+    )
+    yield engines
+    wait_until(lambda: not any(booked(router.target).values()), what="every booking to be closed")
+
+
+def generate(target: str, max_tokens: int = 5):
+    async def run():
+        async with GenerateClient(target, model=MODEL, timeout=60) as client:
+            return await client.generate(PROMPT, max_tokens=max_tokens)
+
+    return asyncio.run(run())
+
+
+def test_both_engines_get_the_prefill_engines_bootstrap_and_one_room(router, pair):
+    prefill, decode, prefill_id, decode_id = pair
+    answer = generate(router.target)
+    assert answer.token_ids == decode.tokens[:5]
+    assert (answer.prefill_worker, answer.decode_worker) == (prefill_id, decode_id)
+    assert answer.stats.disaggregated and answer.stats.retries == 0
+    (asked,) = prefill.received
+    (sent,) = decode.received
+    assert asked["prompt"] == sent["prompt"] == PROMPT
+    assert asked["stream"] is False and sent["stream"] is True
+    fields = ("bootstrap_host", "bootstrap_port", "bootstrap_room")
+    assert [asked[f] for f in fields] == [sent[f] for f in fields]
+    assert (sent["bootstrap_host"], sent["bootstrap_port"]) == ("127.0.0.1", BOOTSTRAP_PORT)
+    assert 0 <= sent["bootstrap_room"] < 2**63
+    assert (
+        generate(router.target) and decode.received[-1]["bootstrap_room"] != sent["bootstrap_room"]
+    )
+
+
+@pytest.mark.parametrize("mode", ["unavailable", "hang"])
+def test_a_failed_prefill_cancels_the_decode_and_serves_it_whole(router, pair, mode):
+    prefill, decode, _, decode_id = pair
+    prefill.mode = mode
+    answer = generate(router.target)
+    assert answer.token_ids == decode.tokens[:5]
+    assert (answer.prefill_worker, answer.decode_worker) == (None, decode_id)
+    assert answer.stats.retries == 1 and not answer.stats.disaggregated
+    waiting, whole = decode.received
+    assert "bootstrap_room" in waiting and "bootstrap_room" not in whole
+    wait_until(lambda: decode.disconnects == 1, what="the waiting decode to be cancelled")
