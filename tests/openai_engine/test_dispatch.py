@@ -140,13 +140,17 @@ def test_an_engine_that_answers_503_is_passed_over_for_the_other(
     client, router, engines, tokenizer
 ):
     failing, failing_id = engines["a"]
-    healthy, _ = engines["b"]
+    healthy, healthy_id = engines["b"]
     failing.mode = "unavailable"
     # The healthy engine reports a long queue, so the router picks the failing one first.
     healthy.load = WorkerLoad(queued_prefill_tokens=1_000_000)
-    wait_until(
-        lambda: probe(router.target).decode_worker == failing_id, what="the queue to be heard"
-    )
+
+    def queue_heard() -> bool:
+        costs = {c.worker_id: c.cost_ms for c in probe(router.target).explanation.decode_candidates}
+        return costs[healthy_id] > costs[failing_id]
+
+    # (Until then the two tie, and ties are taken in turn.)
+    wait_until(queue_heard, what="the queue to be heard")
     answer = client.completions.create(model=MODEL, prompt="question", max_tokens=3)
     assert answer.choices[0].text == tokenizer.decode(healthy.tokens[:3])
     (refused,) = failing.received
