@@ -23,6 +23,7 @@ import pkgutil
 import sys
 
 from kvrouter.cli._extras import install_hint
+from kvrouter.net.startup import StartupError
 
 
 def _subcommands() -> dict[str, object]:
@@ -48,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args) or 0
+    except StartupError as e:
+        # The settings are at fault, not kvrouter: no traceback.
+        print(f"kvrouter {args.command}: {e}", file=sys.stderr)
+        return 1
     except ModuleNotFoundError as e:
         hint = install_hint(args.command, args.extra, e)
         if hint is None:
