@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -133,7 +132,6 @@ class WorkerConfig:
             check_dial("--router", router)
         if self.vllm_http_listen:
             check_listen("--vllm-http-listen", self.vllm_http_listen)
-        self._check_model()
         self._check_device()
         if bool(self.vllm_http_listen) != bool(self.vllm_kv_events_endpoint):
             raise ValueError(
@@ -150,12 +148,6 @@ class WorkerConfig:
             tls.check_readable(name, getattr(self, name))
         if self.auth_tokens_file:
             auth.load_tokens(self.auth_tokens_file)
-
-    def _check_model(self) -> None:
-        if not (Path(self.model) / "config.json").is_file():
-            raise ValueError(
-                f"--model {self.model}: no config.json there; expected a checkpoint directory"
-            )
 
     def _check_device(self) -> None:
         try:
