@@ -5,8 +5,12 @@ yet is no such setting: the sidecar waits for it."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+
 import pytest
-from cli_errors import assert_one_line_naming, kvrouter
+from cli_errors import assert_one_line_naming, kvrouter, taken_port
 
 ENGINE = 'name = "a"\nendpoint = "tcp://127.0.0.1:5557"\naddress = "http://127.0.0.1:8000"\n'
 
@@ -68,3 +72,27 @@ def test_bad_flags_are_one_line(tmp_path, flags, words):
     path.write_text(f"[[engines]]\n{ENGINE}")
     result = kvrouter("sidecar", *flags, str(path))
     assert_one_line_naming(result, *words)
+
+
+def test_a_sidecar_waiting_for_its_router_stops_on_sigterm(tmp_path):
+    """Not up yet is no error: the sidecar waits for its router, and a
+    SIGTERM meanwhile stops it (it used to be ignored until the router came)."""
+    path = tmp_path / "engines.toml"
+    path.write_text(f"[[engines]]\n{ENGINE}")
+    with taken_port() as port:
+        pass  # free again, and no router there
+    sidecar = subprocess.Popen(
+        [sys.executable, "-m", "kvrouter.cli", "sidecar", "--router", f"127.0.0.1:{port}",
+         str(path)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        for line in sidecar.stderr:
+            if "waiting for the router" in line:
+                break
+        sidecar.send_signal(signal.SIGTERM)
+        assert sidecar.wait(timeout=60) == 0
+    finally:
+        sidecar.kill()
+        sidecar.wait()
