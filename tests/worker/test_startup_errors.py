@@ -17,7 +17,8 @@ ZMQ = ("--vllm-kv-events-endpoint", "tcp://127.0.0.1:*")
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    """A bad token file, an empty one, and a directory with no checkpoint."""
+    """A bad token file, an empty one, a directory with no checkpoint and a
+    plain file where a checkpoint directory would go."""
     root = tmp_path_factory.mktemp("files")
     (root / "tokens").write_text("router-only-one-field\n")
     (root / "empty-token").write_text("")
