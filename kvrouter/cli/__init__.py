@@ -30,6 +30,7 @@ import sys
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from kvrouter.cli._extras import install_hint  # noqa: E402
+from kvrouter.net.startup import StartupError  # noqa: E402
 
 
 def _subcommands() -> dict[str, object]:
@@ -55,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args) or 0
+    except StartupError as e:
+        # The settings are at fault, not kvrouter: no traceback.
+        print(f"kvrouter {args.command}: {e}", file=sys.stderr)
+        return 1
     except ModuleNotFoundError as e:
         hint = install_hint(args.command, args.extra, e)
         if hint is None:

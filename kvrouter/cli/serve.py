@@ -33,17 +33,11 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(effective.to_dict(), indent=2))
         return 0
-    from kvrouter.service.errors import StartupError
+    if replica is None:
+        return server.run(effective)
+    from kvrouter.service.replicas import replica_server
 
-    try:
-        if replica is None:
-            return server.run(effective)
-        from kvrouter.service.replicas import replica_server
-
-        replica_server.run(replica)
-    except StartupError as e:
-        print(f"kvrouter serve: {e}", file=sys.stderr)
-        return 1
+    replica_server.run(replica)
     return 0
 
 

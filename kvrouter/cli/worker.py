@@ -93,6 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from kvrouter.net import logs
     from kvrouter.worker import WorkerConfig, run
 
     model = args.model
@@ -100,13 +101,18 @@ def run(args: argparse.Namespace) -> int:
         from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint
 
         model = args.tiny_model
-        if not (Path(model) / "config.json").exists():
-            write_tiny_checkpoint(model)
+        try:
+            if not (Path(model) / "config.json").exists():
+                write_tiny_checkpoint(model)
+        except OSError as e:
+            print(f"kvrouter worker: --tiny-model {model}: {e.strerror.lower()}", file=sys.stderr)
+            return 2
     if not model:
         print("kvrouter worker: pass --model or --tiny-model", file=sys.stderr)
         return 2
     stream = {}
     try:
+        logs.check_level(args.log_level)
         if not args.nats and (args.stream or args.subject_prefix):
             raise ValueError("--stream and --subject-prefix need --nats")
         if args.nats:

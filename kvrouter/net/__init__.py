@@ -8,6 +8,8 @@
 - `tls`: a server's listening port, plaintext, TLS or mTLS.
 - `auth`: bearer tokens and per-method authorization on a server.
 - `logs`: JSON or text log lines.
+- `addresses`: listen and dial addresses, checked at start-up.
+- `startup`: `StartupError`, a setting the process cannot start with.
 
 Layer: may import `kvrouter.proto_gen` only (docs/architecture.md).
 """

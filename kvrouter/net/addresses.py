@@ -1,7 +1,8 @@
 """Listen addresses as the router and workers take them: `HOST:PORT`, the
 host a name or an address (IPv6 in brackets), the port 0-65535 (0: any free
-port). Checked at start-up, where gRPC would otherwise pick another port
-for an out-of-range one, or a default port for a bare host."""
+port); and the addresses they dial, the same with a port above 0. Checked
+at start-up, where gRPC would otherwise pick another port for an
+out-of-range one, or a default port for a bare host."""
 
 from __future__ import annotations
 
@@ -17,6 +18,14 @@ def check_listen(flag: str, address: str) -> None:
         raise ValueError(f"{flag} {address!r}: port {port} is above 65535")
     if host.startswith("[") != host.endswith("]"):
         raise ValueError(f"{flag} {address!r}: an IPv6 host goes in brackets, e.g. [::1]:50051")
+
+
+def check_dial(flag: str, address: str) -> None:
+    """Raises ValueError naming `flag` unless `address` is `HOST:PORT` with
+    a port to dial (not 0)."""
+    check_listen(flag, address)
+    if int(address.rpartition(":")[2]) == 0:
+        raise ValueError(f"{flag} {address!r}: port 0 cannot be dialled")
 
 
 def check_bindable(flag: str, address: str) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import grpc
 
+from kvrouter.net.startup import flag
+
 
 def check(config) -> None:
     """Refuses half-configured TLS, or a file that cannot be read, at start,
@@ -33,8 +35,7 @@ def check_readable(setting: str, path: str) -> None:
         with open(path, "rb"):
             pass
     except OSError as e:
-        flag = "--" + setting.replace("_", "-")
-        raise ValueError(f"{flag} {path}: {e.strerror.lower()}") from None
+        raise ValueError(f"{flag(setting)} {path}: {e.strerror.lower()}") from None
 
 
 def server_ssl_context(config) -> ssl.SSLContext | None:

@@ -14,11 +14,6 @@ class ServiceError(Exception):
         self.message = message
 
 
-class StartupError(Exception):
-    """The router cannot start. The message is one line that names the
-    problem and the setting (flag) to change; nothing was left running."""
-
-
 def invalid(message: str) -> ServiceError:
     return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, message)
 

@@ -26,11 +26,11 @@ from kvrouter.net import auth, logs, tls
 from kvrouter.net.addresses import check_bindable
 from kvrouter.net.channels import SERVER_KEEPALIVE_OPTIONS
 from kvrouter.net.malformed import MalformedRequests
+from kvrouter.net.startup import StartupError
 from kvrouter.policy import Router
 from kvrouter.proto_gen import router_pb2, router_pb2_grpc
 from kvrouter.service import decision_log, snapshot_file
 from kvrouter.service.config import ServiceConfig, served_model_dirs
-from kvrouter.service.errors import StartupError
 from kvrouter.service.events import EventIngest
 from kvrouter.service.generate import GenerationProxy, ProxyingRouterService
 from kvrouter.service.metrics import ServiceMetrics

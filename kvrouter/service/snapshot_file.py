@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from kvrouter._core import PrefixIndex
-from kvrouter.service.errors import StartupError
+from kvrouter.net.startup import StartupError
 
 log = logging.getLogger("kvrouter.service.snapshot_file")
 

@@ -4,11 +4,28 @@ may call the worker and what it presents when it calls others."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import torch
+
 from kvrouter._core import model_namespace
-from kvrouter.net import tls
+from kvrouter.net import auth, tls
+from kvrouter.net.addresses import check_dial, check_listen
+from kvrouter.net.startup import flag
 from kvrouter.roles import ROLES, Role
+
+# Settings that must be a positive number.
+POSITIVE = (
+    "block_size",
+    "num_kv_blocks",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "lease_ms",
+    "fetch_timeout_s",
+)
+# Files the worker reads at start, besides the TLS server's (tls.check).
+READ_AT_START = ("auth_tokens_file", "token_file", "ca_file", "client_cert_file", "client_key_file")
 
 
 @dataclass
@@ -100,12 +117,22 @@ class WorkerConfig:
             raise ValueError("nats needs the router replicas to register with")
         if self.role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
-        if self.lease_ms <= 0 or self.fetch_timeout_s <= 0:
-            raise ValueError("lease_ms and fetch_timeout_s must be positive")
+        for name in POSITIVE:
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                raise ValueError(f"{flag(name)} must be positive, got {value}")
         if self.max_chunk_bytes < 1024:
             raise ValueError("max_chunk_bytes must be at least 1024")
         if self.torch_threads < 0:
-            raise ValueError("torch_threads must be >= 0")
+            raise ValueError(f"--torch-threads must be >= 0, got {self.torch_threads}")
+        check_listen("--listen", self.listen)
+        if self.advertise:
+            check_dial("--advertise", self.advertise)
+        for router in self.routers:
+            check_dial("--router", router)
+        if self.vllm_http_listen:
+            check_listen("--vllm-http-listen", self.vllm_http_listen)
+        self._check_device()
         if bool(self.vllm_http_listen) != bool(self.vllm_kv_events_endpoint):
             raise ValueError(
                 "the engine-compatible mode needs both vllm_http_listen and vllm_kv_events_endpoint"
@@ -117,3 +144,17 @@ class WorkerConfig:
         tls.check(self)
         if bool(self.client_cert_file) != bool(self.client_key_file):
             raise ValueError("client_cert_file and client_key_file must be set together")
+        for name in READ_AT_START:
+            tls.check_readable(name, getattr(self, name))
+        if self.auth_tokens_file:
+            auth.load_tokens(self.auth_tokens_file)
+
+    def _check_device(self) -> None:
+        try:
+            device = torch.device(self.device)
+        except RuntimeError:
+            raise ValueError(
+                f"--device {self.device!r}: not a torch device (cpu, cuda, cuda:1)"
+            ) from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {self.device}: no CUDA device here")

@@ -5,9 +5,11 @@ the events to their NATS JetStream stream. In the engine-compatible mode it
 serves vLLM's OpenAI HTTP API and ZMQ KV events as well (engine_mode/), and
 joins routers only when it is given some.
 
-Start-up order: the engine and the gRPC server come up first, so the worker
-can serve as soon as the router knows it; events emitted before the
-publisher exists are held by the sink and replayed to it."""
+Start-up order: every port is bound and the engine loaded before anything
+serves, so a setting the worker cannot start with is refused with one line
+(StartupError) and nothing left running; then the gRPC server comes up, so
+the worker can serve as soon as the router knows it; events emitted before
+the publisher exists are held by the sink and replayed to it."""
 
 from __future__ import annotations
 
@@ -21,14 +23,16 @@ import torch
 import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from kvrouter.client import WorkerLoad, WorkerRegistration
+from kvrouter.client import RouterError, WorkerLoad, WorkerRegistration
 from kvrouter.client.event_stream import GrpcEventTransport
 from kvrouter.engine import EngineConfig, LLMEngine
 from kvrouter.events import EventPublisher
 from kvrouter.events.transport import Transport
 from kvrouter.net import auth, logs, tls
+from kvrouter.net.addresses import check_bindable
 from kvrouter.net.channels import SERVER_OPTIONS
 from kvrouter.net.credentials import Credentials
+from kvrouter.net.startup import StartupError, flag
 from kvrouter.net.worker_channels import WorkerChannels
 from kvrouter.proto_gen import worker_pb2, worker_pb2_grpc
 from kvrouter.worker.config import WorkerConfig
@@ -67,6 +71,8 @@ class WorkerServer:
         self.http = None
         self._server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task] = []
+        # Whether it said it serves: a worker that never started leaves quietly.
+        self._serving = False
 
     def _engine(self) -> LLMEngine:
         c = self.config
@@ -87,8 +93,28 @@ class WorkerServer:
         )
 
     async def start(self) -> None:
-        c = self.config
-        self.engine_loop = EngineLoop(self._engine(), asyncio.get_running_loop())
+        """Raises StartupError, with nothing left running, for a setting the
+        worker cannot start with."""
+        try:
+            await self._start(self.config)
+        except BaseException:
+            await self.stop(0)
+            raise
+
+    async def _start(self, c: WorkerConfig) -> None:
+        try:
+            check_bindable("--listen", c.listen)
+            if c.vllm_http_listen:
+                check_bindable("--vllm-http-listen", c.vllm_http_listen)
+        except OSError as e:
+            raise StartupError(str(e)) from None
+        try:
+            engine = self._engine()
+        except (OSError, ValueError) as e:
+            raise StartupError(f"--model {c.model}: cannot load it: {e}") from None
+        except KeyError as e:
+            raise StartupError(f"--model {c.model}: config.json lacks {e}") from None
+        self.engine_loop = EngineLoop(engine, asyncio.get_running_loop())
         self.engine_loop.start()
         self.leases = LeaseTable(self.engine_loop, c.lease_ms / 1000.0)
         service = WorkerService(self.engine_loop, self.leases, self.transfer, c, self.identity)
@@ -99,17 +125,22 @@ class WorkerServer:
         worker_pb2_grpc.add_WorkerServicer_to_server(service, server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        port = tls.add_port(server, c)
+        try:
+            port = tls.add_port(server, c)
+        except RuntimeError:
+            port = 0
         if port == 0:
-            raise OSError(f"cannot listen on {c.listen}")
+            raise StartupError(f"--listen {c.listen}: cannot bind")
+        if c.vllm_http_listen:
+            self._bind_as_vllm(c)
         await server.start()
         self._server = server
         self.identity.address = c.advertise or f"{c.listen.rsplit(':', 1)[0]}:{port}"
         self._tasks.append(asyncio.create_task(self.leases.expire_forever()))
         if c.routers:
             await self._join(c)
-        if c.vllm_http_listen:
-            await self._serve_as_vllm(c)
+        if self.http is not None:
+            await self.http.start()
         for name in ("", SERVICE_NAME):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
@@ -124,6 +155,7 @@ class WorkerServer:
                 }
             },
         )
+        self._serving = True
 
     async def _join(self, c: WorkerConfig) -> None:
         worker_id = c.worker_id
@@ -141,7 +173,10 @@ class WorkerServer:
                 load=self._load,
                 credentials=self.credentials,
             )
-            worker_id = (await registration.start(wait_for_router=True)).worker_id
+            try:
+                worker_id = (await registration.start(wait_for_router=True)).worker_id
+            except RouterError as e:
+                raise StartupError(f"--router {router} refused this worker: {e}") from None
             self.registrations.append(registration)
         self.identity.worker_id = worker_id
         self.publisher = EventPublisher(
@@ -155,8 +190,9 @@ class WorkerServer:
         await self.publisher.start()
         self.sink.attach(self.publisher)
 
-    async def _serve_as_vllm(self, c: WorkerConfig) -> None:
-        """vLLM's OpenAI HTTP API and ZMQ KV events, on this process's loop."""
+    def _bind_as_vllm(self, c: WorkerConfig) -> None:
+        """vLLM's OpenAI HTTP API and ZMQ KV events, on this process's loop:
+        bound here, the HTTP API served once the worker has joined."""
         # The frontend and adapters extras: imported only in this mode.
         try:
             from kvrouter.net.http_server import HttpServer
@@ -164,17 +200,22 @@ class WorkerServer:
             from kvrouter.worker.engine_mode.handoff import Handoffs
             from kvrouter.worker.engine_mode.kv_events import ZmqEventPublisher
         except ModuleNotFoundError as e:
-            raise RuntimeError(
-                f"the engine-compatible mode needs {e.name}, not installed: "
+            raise StartupError(
+                f"--vllm-http-listen needs {e.name}, not installed: "
                 "pip install 'kvrouter[engine,frontend,adapters]'"
             ) from None
 
-        self.kv_events = ZmqEventPublisher(
-            c.vllm_kv_events_endpoint,
-            c.vllm_kv_events_replay_endpoint,
-            block_size=c.block_size,
-            buffer_steps=c.vllm_kv_events_buffer_steps,
-        )
+        try:
+            self.kv_events = ZmqEventPublisher(
+                c.vllm_kv_events_endpoint,
+                c.vllm_kv_events_replay_endpoint,
+                block_size=c.block_size,
+                buffer_steps=c.vllm_kv_events_buffer_steps,
+            )
+        except OSError as e:
+            replay = e.filename == c.vllm_kv_events_replay_endpoint
+            setting = "vllm_kv_events_replay_endpoint" if replay else "vllm_kv_events_endpoint"
+            raise StartupError(f"{flag(setting)} {e.filename}: {e.strerror}") from None
         self.sink.attach(self.kv_events)
         # vLLM serves a model under its path unless given a name.
         handoffs = Handoffs(
@@ -192,8 +233,12 @@ class WorkerServer:
             str(c.model),
             self.engine_loop.engine.max_model_len,
         )
-        self.http = HttpServer(self.engine_api.app(), c.vllm_http_listen, on_stopped=_nothing)
-        await self.http.start()
+        try:
+            self.http = HttpServer(self.engine_api.app(), c.vllm_http_listen, on_stopped=_nothing)
+        except OSError as e:
+            raise StartupError(
+                f"--vllm-http-listen {c.vllm_http_listen}: {e.strerror.lower()}"
+            ) from None
 
     def _vllm_addresses(self) -> dict[str, str]:
         """Where the engine-compatible mode serves (nothing outside it)."""
@@ -265,7 +310,8 @@ class WorkerServer:
         if self.kv_events is not None:
             await asyncio.to_thread(self.kv_events.close)
         await self.channels.close()
-        log.info("worker stopped", extra={"fields": {"worker_id": self.identity.worker_id}})
+        if self._serving:
+            log.info("worker stopped", extra={"fields": {"worker_id": self.identity.worker_id}})
 
 
 async def _nothing() -> None:
@@ -273,8 +319,12 @@ async def _nothing() -> None:
 
 
 async def serve(config: WorkerConfig) -> None:
-    """Runs a worker until SIGTERM or SIGINT."""
-    server = WorkerServer(config)
+    """Runs a worker until SIGTERM or SIGINT. Raises StartupError when it
+    cannot start."""
+    try:
+        server = WorkerServer(config)
+    except (OSError, ValueError) as e:
+        raise StartupError(str(e)) from None
     await server.start()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

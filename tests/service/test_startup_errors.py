@@ -4,39 +4,23 @@ left behind, no port silently changed."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import sys
 
 import pytest
+from cli_errors import assert_one_line_naming, kvrouter
+from cli_errors import taken_port as held_port
 
 from kvrouter import PrefixIndex
 
 
 def serve(*flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "kvrouter.cli", "serve", *flags],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def assert_one_line_naming(result: subprocess.CompletedProcess, *words: str) -> None:
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.returncode != 0, result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
-    assert len(lines) == 1, result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
+    return kvrouter("serve", *flags)
 
 
 @pytest.fixture
 def taken_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
+    with held_port() as port:
+        yield port
 
 
 @pytest.mark.parametrize(
@@ -86,7 +70,5 @@ def test_a_snapshot_of_another_block_size_is_one_line(tmp_path):
 
 
 def test_version():
-    result = subprocess.run(
-        [sys.executable, "-m", "kvrouter.cli", "--version"], capture_output=True, text=True
-    )
+    result = kvrouter("--version")
     assert result.returncode == 0 and result.stdout.startswith("kvrouter ")

@@ -36,7 +36,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from kvrouter.client.convert import ROLE_VALUES
 from kvrouter.net.worker_protocol import KV_TRANSFER_NONE, OPENAI, check_kv_transfer
+
+# ZMQ transports an engine's sockets may be on.
+ZMQ_SCHEMES = ("tcp", "ipc", "inproc")
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,14 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("an engine needs a name")
+        if self.role not in ROLE_VALUES:
+            raise ValueError(
+                f"engine {self.name}: role must be one of {', '.join(ROLE_VALUES)}, "
+                f"got {self.role!r}"
+            )
+        for key in ("endpoint", "replay_endpoint"):
+            if key == "endpoint" or self.replay_endpoint is not None:
+                _check_endpoint(f"engine {self.name}: {key}", getattr(self, key))
         if not (0 < self.probe_interval_s < math.inf and 0 < self.probe_timeout_s < math.inf):
             raise ValueError(
                 f"engine {self.name}: probe_interval_s and probe_timeout_s must be > 0"
@@ -137,6 +149,20 @@ class Stream:
         return self.rank_workers.get(dp_rank)
 
 
+def _check_endpoint(where: str, endpoint: str) -> None:
+    """Raises ValueError unless `endpoint` is a ZMQ endpoint an engine can
+    publish on: `tcp://HOST:PORT`, `ipc://PATH` or `inproc://NAME`."""
+    scheme, sep, rest = endpoint.partition("://") if isinstance(endpoint, str) else ("", "", "")
+    _, colon, port = rest.rpartition(":")
+    if (
+        not sep
+        or scheme not in ZMQ_SCHEMES
+        or not rest
+        or (scheme == "tcp" and not (colon and port.isdigit()))
+    ):
+        raise ValueError(f"{where} {endpoint!r}: expected a ZMQ endpoint, e.g. tcp://10.0.0.5:5557")
+
+
 def stable_worker_id(name: str, dp_rank: int) -> int:
     digest = hashlib.blake2b(f"{name}/dp{dp_rank}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1  # 63 bits: safe in every signed client
@@ -154,21 +180,40 @@ def offset_endpoint(endpoint: str, dp_rank: int) -> str:
 
 def load_engines(source: str | Path | dict[str, Any]) -> list[EngineConfig]:
     """Engines from a `.toml` or `.json` file, or from a mapping with an
-    `engines` list."""
-    if not isinstance(source, dict):
-        path = Path(source)
+    `engines` list. ValueError, naming the file, for one that cannot be read
+    or holds no engines or a bad one."""
+    if isinstance(source, dict):
+        return _engines(source)
+    path = Path(source)
+    try:
         text = path.read_text()
-        source = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        return _engines(json.loads(text) if path.suffix == ".json" else tomllib.loads(text))
+    except OSError as e:
+        raise ValueError(f"{path}: {e.strerror.lower()}") from None
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def _engines(source: dict[str, Any]) -> list[EngineConfig]:
+    listed = source.get("engines") if isinstance(source, dict) else None
+    if not listed or not isinstance(listed, list) or not all(isinstance(e, dict) for e in listed):
+        raise ValueError("expected a list of engines ([[engines]] tables)")
     known = {f.name for f in fields(EngineConfig) if f.init}
     engines = []
-    for entry in source.get("engines", []):
+    for entry in listed:
         unknown = set(entry) - known
         if unknown:
             raise ValueError(f"engine {entry.get('name')!r}: unknown keys {sorted(unknown)}")
-        for key in ("worker_ids", "adapters"):
-            if key in entry:
-                entry = {**entry, key: tuple(entry[key])}
-        engines.append(EngineConfig(**entry))
+        missing = [key for key in ("name", "endpoint") if key not in entry]
+        if missing:
+            raise ValueError(f"engine {entry.get('name')!r}: missing {', '.join(missing)}")
+        try:
+            for key in ("worker_ids", "adapters"):
+                if key in entry:
+                    entry = {**entry, key: tuple(entry[key])}
+            engines.append(EngineConfig(**entry))
+        except TypeError as e:
+            raise ValueError(f"engine {entry['name']!r}: a value of the wrong type ({e})") from None
     names = [e.name for e in engines]
     if len(set(names)) != len(names):
         raise ValueError(f"engine names must be unique: {names}")

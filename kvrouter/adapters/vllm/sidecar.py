@@ -24,9 +24,11 @@ from kvrouter.adapters.nats import EngineBridge, NatsConfig
 from kvrouter.adapters.vllm.config import EngineConfig
 from kvrouter.adapters.vllm.probe import EngineProbe
 from kvrouter.adapters.vllm.subscriber import EngineSubscriber
-from kvrouter.client import WorkerRegistration
+from kvrouter.client import RouterError, WorkerRegistration
 from kvrouter.client.event_stream import GrpcEventTransport
 from kvrouter.events import EventPublisher, WorkerBatch
+from kvrouter.net.addresses import check_dial
+from kvrouter.net.startup import StartupError
 from kvrouter.net.worker_protocol import OPENAI, check_address
 
 
@@ -70,6 +72,12 @@ class VllmSidecar:
         if nats is None and len(self.routers) > 1:
             # Replicas refuse events over gRPC: they all read them from the stream.
             raise ValueError("several routers are replicas: publish to their stream (--nats)")
+        for router in self.routers:
+            check_dial("--router", router)
+        if block_size <= 0:
+            raise ValueError(f"--block-size must be positive, got {block_size}")
+        if not engines:
+            raise ValueError("no engines to put behind the routers")
         for engine in engines:
             try:
                 check_address(OPENAI, engine.address)
@@ -126,7 +134,12 @@ class VllmSidecar:
                     kv_transfer=engine.kv_transfer,
                     bootstrap_port=engine.bootstrap_port,
                 )
-                await registration.start(wait_for_router=True)
+                try:
+                    await registration.start(wait_for_router=True)
+                except RouterError as e:
+                    raise StartupError(
+                        f"--router {router} refused engine {engine.name}: {e}"
+                    ) from None
                 self.registrations.append(registration)
 
     def _load(self, engine: EngineConfig, dp_rank: int):

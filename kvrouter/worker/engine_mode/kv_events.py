@@ -109,10 +109,13 @@ class ZmqEventPublisher(EventSink):
         self._replay = None
         # Where the sockets are bound (a `tcp://HOST:*` endpoint picks a free port).
         self.endpoint = self.replay_endpoint = ""
+        # The endpoint being bound: an OSError's `filename` when it fails.
+        binding = endpoint
         try:
             self._pub.bind(endpoint)
             self.endpoint = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
             if replay_endpoint:
+                binding = replay_endpoint
                 self._replay = self._ctx.socket(zmq.ROUTER)
                 self._replay.setsockopt(zmq.LINGER, 0)
                 self._replay.setsockopt(zmq.SNDHWM, 2 * (buffer_steps + 1))
@@ -120,7 +123,7 @@ class ZmqEventPublisher(EventSink):
                 self.replay_endpoint = self._replay.getsockopt_string(zmq.LAST_ENDPOINT)
         except zmq.ZMQError as e:
             self._ctx.destroy(linger=0)
-            raise OSError(f"cannot bind the KV event sockets: {e}") from None
+            raise OSError(e.errno, f"cannot bind: {e.strerror.lower()}", binding) from None
         self._encoder = msgspec.msgpack.Encoder()
         self._next_seq = 0
         self._thread = threading.Thread(target=self._run, name="kv-events-zmq", daemon=True)
