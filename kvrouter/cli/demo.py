@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="prefill on the decode worker when at most this many prompt tokens are uncached",
     )
     parser.add_argument(
-        "--rounds", type=int, default=3, help="workloads run under both policies (medians)"
+        "--rounds", type=int, default=5, help="workloads run under both policies (medians)"
     )
     parser.add_argument(
         "--no-burst",

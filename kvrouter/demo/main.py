@@ -44,7 +44,7 @@ class DemoOptions:
     # Prefill on the decode worker when at most this many prompt tokens are
     # uncached there (the policy's conditional disaggregation threshold).
     local_prefill_max_tokens: int = 128
-    rounds: int = 3
+    rounds: int = 5
     burst: bool = True
     seed: int = 0
     log_dir: str = ""

@@ -36,7 +36,7 @@ def build_workload(
     tool_spec = _tokens(rng, 480, vocab)
     sessions = []
     for i in range(chats):
-        first = system_prompt + _tokens(rng, rng.randrange(240, 480), vocab)
+        first = system_prompt + _tokens(rng, rng.randrange(480, 960), vocab)
         follow_ups = [_tokens(rng, rng.randrange(24, 64), vocab) for _ in range(chat_turns - 1)]
         sessions.append(Session(f"chat-{i + 1}", [first, *follow_ups]))
     for i in range(agents):
