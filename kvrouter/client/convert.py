@@ -117,6 +117,7 @@ def worker_info(w: pb.WorkerInfo) -> WorkerInfo:
         protocol=PROTOCOL_NAMES.get(w.protocol, "unspecified"),
         kv_transfer=KV_TRANSFER_NAMES.get(w.kv_transfer, "unspecified"),
         bootstrap_port=w.bootstrap_port,
+        data_parallel_rank=w.data_parallel_rank if w.HasField("data_parallel_rank") else None,
     )
 
 

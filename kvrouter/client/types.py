@@ -82,6 +82,8 @@ class WorkerInfo:
     # or "sglang"; and SGLang's bootstrap port.
     kv_transfer: str = KV_TRANSFER_NONE
     bootstrap_port: int = 0
+    # The engine's DP rank it stands for behind a shared address, if any.
+    data_parallel_rank: int | None = None
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ class WorkerRegistration:
         publishes_events: bool = False,
         kv_transfer: str = KV_TRANSFER_NONE,
         bootstrap_port: int = 0,
+        data_parallel_rank: int | None = None,
         load: Callable[[], WorkerLoad | None] | None = None,
         timeout: float = 5.0,
         credentials: Credentials | None = None,
@@ -90,6 +91,9 @@ class WorkerRegistration:
         # `bootstrap_port` of the address's host).
         self.kv_transfer = kv_transfer
         self.bootstrap_port = bootstrap_port
+        # The engine's DP rank it stands for, when ranks share `address`:
+        # the router names it in each request (X-data-parallel-rank).
+        self.data_parallel_rank = data_parallel_rank
         self.load = load or WorkerLoad
         self.timeout = timeout
         self.credentials = credentials
@@ -135,6 +139,8 @@ class WorkerRegistration:
         )
         if self.worker_id is not None:
             request.worker_id = self.worker_id
+        if self.data_parallel_rank is not None:
+            request.data_parallel_rank = self.data_parallel_rank
         try:
             response = await self._stub.Register(request, timeout=self.timeout)
         except grpc.RpcError as e:

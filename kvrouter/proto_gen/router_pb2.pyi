@@ -163,7 +163,7 @@ class LifecycleAck(_message.Message):
     def __init__(self) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "registration_token", "model", "adapters", "protocol", "publishes_events", "kv_transfer", "bootstrap_port")
+    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "registration_token", "model", "adapters", "protocol", "publishes_events", "kv_transfer", "bootstrap_port", "data_parallel_rank")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +184,7 @@ class RegisterRequest(_message.Message):
     PUBLISHES_EVENTS_FIELD_NUMBER: _ClassVar[int]
     KV_TRANSFER_FIELD_NUMBER: _ClassVar[int]
     BOOTSTRAP_PORT_FIELD_NUMBER: _ClassVar[int]
+    DATA_PARALLEL_RANK_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     role: Role
     address: str
@@ -197,7 +198,8 @@ class RegisterRequest(_message.Message):
     publishes_events: bool
     kv_transfer: KvTransferProtocol
     bootstrap_port: int
-    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., registration_token: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ..., protocol: _Optional[_Union[WorkerProtocol, str]] = ..., publishes_events: _Optional[bool] = ..., kv_transfer: _Optional[_Union[KvTransferProtocol, str]] = ..., bootstrap_port: _Optional[int] = ...) -> None: ...
+    data_parallel_rank: int
+    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., registration_token: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ..., protocol: _Optional[_Union[WorkerProtocol, str]] = ..., publishes_events: _Optional[bool] = ..., kv_transfer: _Optional[_Union[KvTransferProtocol, str]] = ..., bootstrap_port: _Optional[int] = ..., data_parallel_rank: _Optional[int] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("worker_id", "heartbeat_interval_s", "heartbeat_ttl_s", "registration_token")
@@ -246,7 +248,7 @@ class ListWorkersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "routable", "seconds_since_heartbeat", "index_blocks", "next_event_seq", "queued_prefill_tokens", "active_decode_blocks", "active_requests", "model", "adapters", "protocol", "kv_transfer", "bootstrap_port")
+    __slots__ = ("worker_id", "role", "address", "block_size", "capacity_blocks", "metadata", "routable", "seconds_since_heartbeat", "index_blocks", "next_event_seq", "queued_prefill_tokens", "active_decode_blocks", "active_requests", "model", "adapters", "protocol", "kv_transfer", "bootstrap_port", "data_parallel_rank")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -272,6 +274,7 @@ class WorkerInfo(_message.Message):
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     KV_TRANSFER_FIELD_NUMBER: _ClassVar[int]
     BOOTSTRAP_PORT_FIELD_NUMBER: _ClassVar[int]
+    DATA_PARALLEL_RANK_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     role: Role
     address: str
@@ -290,7 +293,8 @@ class WorkerInfo(_message.Message):
     protocol: WorkerProtocol
     kv_transfer: KvTransferProtocol
     bootstrap_port: int
-    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., routable: _Optional[bool] = ..., seconds_since_heartbeat: _Optional[float] = ..., index_blocks: _Optional[int] = ..., next_event_seq: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_requests: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ..., protocol: _Optional[_Union[WorkerProtocol, str]] = ..., kv_transfer: _Optional[_Union[KvTransferProtocol, str]] = ..., bootstrap_port: _Optional[int] = ...) -> None: ...
+    data_parallel_rank: int
+    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., block_size: _Optional[int] = ..., capacity_blocks: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., routable: _Optional[bool] = ..., seconds_since_heartbeat: _Optional[float] = ..., index_blocks: _Optional[int] = ..., next_event_seq: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_requests: _Optional[int] = ..., model: _Optional[str] = ..., adapters: _Optional[_Iterable[str]] = ..., protocol: _Optional[_Union[WorkerProtocol, str]] = ..., kv_transfer: _Optional[_Union[KvTransferProtocol, str]] = ..., bootstrap_port: _Optional[int] = ..., data_parallel_rank: _Optional[int] = ...) -> None: ...
 
 class ListWorkersResponse(_message.Message):
     __slots__ = ("workers",)

@@ -38,6 +38,7 @@ EVENT_BYTES_PER_TOKEN = 12
 EVENT_BYTES_SLACK = 1 << 20
 # Of an engine's error body, what goes into the request's error message.
 MAX_ERROR_CHARS = 500
+DP_RANK_HEADER = "X-data-parallel-rank"
 
 
 def completion_body(request: gen.GenerateRequest, prompt: list[int]) -> dict:
@@ -72,9 +73,15 @@ class EngineClient:
     """The router's one HTTP client for every engine, keeping connections
     alive between requests. It presents the workers' bearer token
     (`worker_token_file`, as vLLM's `--api-key` expects) and trusts
-    `worker_ca_file` for https engines."""
+    `worker_ca_file` for https engines. `rank_of(worker_id)` is the engine
+    DP rank a worker stands for behind a shared address, or None; a rank is
+    named in the request's `X-data-parallel-rank` header, which vLLM's
+    server hands to that rank."""
 
-    def __init__(self, credentials: Credentials) -> None:
+    def __init__(
+        self, credentials: Credentials, rank_of: Callable[[int], int | None] = lambda _: None
+    ) -> None:
+        self._rank_of = rank_of
         self._headers = (
             {"Authorization": f"Bearer {credentials.token}"} if credentials.token else {}
         )
@@ -210,10 +217,14 @@ class EngineClient:
         stage: str,
     ) -> aiohttp.ClientResponse:
         """The response's headers, within `timeout_s`."""
+        headers = {"X-Request-Id": request.request_id, "Content-Type": "application/json"}
+        rank = self._rank_of(worker_id)
+        if rank is not None:
+            headers[DP_RANK_HEADER] = str(rank)
         post = self._client().post(
             address.rstrip("/") + "/v1/completions",
             data=msgspec.json.encode(body),
-            headers={"X-Request-Id": request.request_id, "Content-Type": "application/json"},
+            headers=headers,
         )
         try:
             return await within(post, timeout_s, worker_id, deadline, stage)

@@ -33,7 +33,7 @@ class ProxyContext:
         self.workers = workers
         self.config = config
         self.channels = WorkerChannels(credentials)
-        self.engines = EngineClient(credentials)
+        self.engines = EngineClient(credentials, workers.data_parallel_rank)
         self._cooldown: dict[int, float] = {}
         self.breaker = RequestBreaker(config.breaker_trip_after, config.breaker_max_requests)
         self._background: set[asyncio.Task] = set()

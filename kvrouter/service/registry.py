@@ -52,6 +52,9 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
                 publishes_events=request.publishes_events,
                 kv_transfer=kv_transfer,
                 bootstrap_port=request.bootstrap_port,
+                data_parallel_rank=(
+                    request.data_parallel_rank if request.HasField("data_parallel_rank") else None
+                ),
             )
             token = self.workers.register(record, request.registration_token)
         except ServiceError as e:
@@ -104,6 +107,7 @@ class RegistryService(router_pb2_grpc.RegistryServicer):
                     protocol=PROTOCOL_VALUES[r.protocol],
                     kv_transfer=KV_TRANSFER_VALUES[r.kv_transfer],
                     bootstrap_port=r.bootstrap_port,
+                    data_parallel_rank=r.data_parallel_rank,
                     routable=not r.stale,
                     seconds_since_heartbeat=now - r.last_heartbeat,
                     index_blocks=blocks,

@@ -66,6 +66,8 @@ class WorkerRecord:
     # (kvrouter.net.worker_protocol), and SGLang's bootstrap port.
     kv_transfer: str = KV_TRANSFER_NONE
     bootstrap_port: int = 0
+    # The engine's DP rank behind a shared address (sent as a header).
+    data_parallel_rank: int | None = None
 
 
 class WorkerTable:
@@ -121,6 +123,10 @@ class WorkerTable:
     def kv_transfer(self, worker_id: int) -> str:
         record = self._workers.get(worker_id)
         return record.kv_transfer if record is not None else KV_TRANSFER_NONE
+
+    def data_parallel_rank(self, worker_id: int) -> int | None:
+        record = self._workers.get(worker_id)
+        return record.data_parallel_rank if record is not None else None
 
     @property
     def next_unused_id(self) -> int:

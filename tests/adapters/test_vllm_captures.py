@@ -143,3 +143,24 @@ def test_a_batch_for_a_rank_the_entry_does_not_hold_is_skipped():
             await stop(*parts)
 
     run(scenario_run())
+
+
+def test_ranks_behind_one_address_register_their_global_rank():
+    """A node's DP ranks 1-2 share the engine's one address: each worker is
+    registered with its global rank, which the router names in requests."""
+    capture = load_capture(VERSION, "dp_start_rank_1")
+
+    async def scenario_run():
+        parts = await played_back(capture)
+        ctx, engine, server, sidecar = parts
+        try:
+            ranks = {
+                s.worker_id: server.workers.data_parallel_rank(s.worker_id)
+                for s in engine.config.streams
+            }
+            assert sorted(ranks.values()) == [1, 2]
+            assert all(ranks[s.worker_id] == s.dp_rank for s in engine.config.streams)
+        finally:
+            await stop(*parts)
+
+    run(scenario_run())

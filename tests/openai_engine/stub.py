@@ -48,6 +48,8 @@ class StubEngine:
         # The client address (host, port) of each request.
         self.peers: list[tuple[str, int]] = []
         self.request_ids: list[str] = []
+        # Each request's X-data-parallel-rank header ("" when absent).
+        self.dp_ranks: list[str] = []
         # Streams that ended with the client gone before the last event.
         self.disconnects = 0
         # What its registration's heartbeats report.
@@ -75,6 +77,7 @@ class StubEngine:
         self.received.append(body)
         self.peers.append(tuple(request.client))
         self.request_ids.append(request.headers.get("x-request-id", ""))
+        self.dp_ranks.append(request.headers.get("x-data-parallel-rank", ""))
         if self.mode == "unavailable":
             error = {"error": {"message": "the engine is overloaded", "code": 503}}
             return JSONResponse(error, status_code=503)

@@ -133,6 +133,8 @@ class VllmSidecar:
                     publishes_events=self.nats is None,
                     kv_transfer=engine.kv_transfer,
                     bootstrap_port=engine.bootstrap_port,
+                    # Ranks behind one address: each request names its rank.
+                    data_parallel_rank=(stream.dp_rank if engine.data_parallel_size > 1 else None),
                 )
                 try:
                     await registration.start(wait_for_router=True)
