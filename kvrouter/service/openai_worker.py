@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import ssl
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from pathlib import Path
 
 import aiohttp
 import grpc
@@ -72,11 +74,12 @@ def completion_body(request: gen.GenerateRequest, prompt: list[int]) -> dict:
 class EngineClient:
     """The router's one HTTP client for every engine, keeping connections
     alive between requests. It presents the workers' bearer token
-    (`worker_token_file`, as vLLM's `--api-key` expects) and trusts
-    `worker_ca_file` for https engines. `rank_of(worker_id)` is the engine
-    DP rank a worker stands for behind a shared address, or None; a rank is
-    named in the request's `X-data-parallel-rank` header, which vLLM's
-    server hands to that rank."""
+    (`worker_token_file`, as vLLM's `--api-key` expects), trusts
+    `worker_ca_file` for https engines and presents `worker_cert_file` and
+    `worker_key_file` to those that ask for a client certificate (mTLS).
+    `rank_of(worker_id)` is the engine DP rank a worker stands for behind a
+    shared address, or None; a rank is named in the request's
+    `X-data-parallel-rank` header, which vLLM's server hands to that rank."""
 
     def __init__(
         self, credentials: Credentials, rank_of: Callable[[int], int | None] = lambda _: None
@@ -85,11 +88,7 @@ class EngineClient:
         self._headers = (
             {"Authorization": f"Bearer {credentials.token}"} if credentials.token else {}
         )
-        self._ssl: ssl.SSLContext | bool = True
-        if credentials.root_certificates is not None:
-            self._ssl = ssl.create_default_context(
-                cadata=credentials.root_certificates.decode("ascii")
-            )
+        self._ssl = _tls_context(credentials)
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
@@ -230,6 +229,25 @@ class EngineClient:
             return await within(post, timeout_s, worker_id, deadline, stage)
         except (aiohttp.ClientError, OSError) as e:
             raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
+
+
+def _tls_context(credentials: Credentials) -> ssl.SSLContext | bool:
+    """The TLS settings for https engines: the system's trust (True) unless
+    the credentials name a CA or a client certificate."""
+    if credentials.root_certificates is None and credentials.certificate_chain is None:
+        return True
+    cadata = credentials.root_certificates
+    context = ssl.create_default_context(cadata=cadata.decode("ascii") if cadata else None)
+    if credentials.certificate_chain is not None:
+        # ssl reads a certificate and its key from files only: written to a
+        # private directory for the call, and gone after it.
+        with tempfile.TemporaryDirectory() as folder:
+            cert, key = Path(folder, "cert.pem"), Path(folder, "key.pem")
+            cert.write_bytes(credentials.certificate_chain)
+            key.touch(mode=0o600)
+            key.write_bytes(credentials.private_key or b"")
+            context.load_cert_chain(cert, key)
+    return context
 
 
 async def _events(
