@@ -45,7 +45,20 @@ WORKLOADS = {
         sessions_per_s=1.5,
         agent_fraction=0.0,
         system_prompts=3,
-        system_prompt_blocks=48,
+        system_prompt_blocks=(48, 48),
+    ),
+    # Many tenants on a few long system prompts (6-16k tokens), arriving in
+    # bursts: 20 s on, 40 s off. Load piles onto the workers that hold the
+    # hot prompts unless the policy prices what it does to their decodes.
+    "tenants": WorkloadShape(
+        num_requests=4000,
+        sessions_per_s=1.5,
+        agent_fraction=0.0,
+        system_prompts=4,
+        system_prompt_blocks=(12, 32),
+        turns=(1, 4),
+        user_blocks=(1, 2),
+        bursts=(20.0, 40.0),
     ),
 }
 

@@ -48,7 +48,7 @@ def test_hot_shared_documents_do_not_pile_onto_their_owners():
             sessions_per_s=1.5,
             agent_fraction=0.0,
             system_prompts=3,
-            system_prompt_blocks=48,
+            system_prompt_blocks=(48, 48),
         ),
         seed=1,
     )
