@@ -52,8 +52,11 @@ class TokenCache:
         self._lock = threading.Lock()
         self._split = _splitter(tokenizer)
         self._affixes = _post_processor_affixes(tokenizer)
-        self.hits = 0
-        self.misses = 0
+
+    @property
+    def tokens(self) -> int:
+        """The tokens it holds, at most `max_tokens`."""
+        return self._tokens
 
     def encode(
         self, text: str, add_special_tokens: bool, encode: Encode | None
@@ -89,9 +92,7 @@ class TokenCache:
             return None
         entry = self._entries.get(piece)
         if entry is None:
-            self.misses += 1
             return None
-        self.hits += 1
         self._entries.move_to_end(piece)
         return entry.tolist()
 

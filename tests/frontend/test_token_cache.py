@@ -129,7 +129,7 @@ def test_the_cache_stays_within_its_bound(model_dir):
     tokenizer = ModelTokenizer.from_dir(model_dir, cache_tokens=500)
     for i in range(200):
         tokenizer.encode(f"prompt number {i}: " + "words and more words " * 5)
-    assert 0 < tokenizer.cache._tokens <= 500
+    assert 0 < tokenizer.cache.tokens <= 500
 
 
 def test_a_cached_prompt_is_answered_without_the_pool(model_dir):
