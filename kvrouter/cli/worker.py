@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from kvrouter.net import logs
-    from kvrouter.worker import WorkerConfig, run
+    from kvrouter.worker import WorkerConfig
 
     model = args.model
     if args.tiny_model:
@@ -162,5 +162,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"kvrouter worker: {e}", file=sys.stderr)
         return 2
-    run(config, args.log_level, args.log_format)
+    from kvrouter.worker.server import run as serve
+
+    serve(config, args.log_level, args.log_format)
     return 0

@@ -7,7 +7,19 @@ Layer: may import `kvrouter.engine`, the client library, `kvrouter.adapters`
 and `kvrouter.proto_gen`; never the service (docs/architecture.md)."""
 
 from kvrouter.worker.config import WorkerConfig
-from kvrouter.worker.server import WorkerServer, run
-from kvrouter.worker.transfer import GrpcKvTransfer, KvTransfer
 
 __all__ = ["GrpcKvTransfer", "KvTransfer", "WorkerConfig", "WorkerServer", "run"]
+
+
+def __getattr__(name: str):
+    # The server and the transfer load torch and the engine: imported on
+    # first use, so that a configuration can be checked without them.
+    if name in ("WorkerServer", "run"):
+        from kvrouter.worker import server
+
+        return getattr(server, name)
+    if name in ("GrpcKvTransfer", "KvTransfer"):
+        from kvrouter.worker import transfer
+
+        return getattr(transfer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
 from kvrouter._core import model_namespace
 from kvrouter.net import auth, tls
 from kvrouter.net.addresses import check_dial, check_listen
@@ -150,6 +148,10 @@ class WorkerConfig:
             auth.load_tokens(self.auth_tokens_file)
 
     def _check_device(self) -> None:
+        # Imported here: a setting refused before the engine starts is
+        # refused without loading torch (seconds of a start-up).
+        import torch
+
         try:
             device = torch.device(self.device)
         except RuntimeError:
