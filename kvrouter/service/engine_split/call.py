@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import grpc
+
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.service.openai_worker import EngineClient
-from kvrouter.service.worker_calls import Deadline
+from kvrouter.service.worker_calls import Deadline, RequestFailed, WorkerFailure
 
 
 class PrefillFailed(Exception):
@@ -36,3 +38,23 @@ class SplitCall:
     first_token_s: float
     token_gap_s: float
     prefill_done: Callable[[], None]
+
+
+async def ask_prefill(call: SplitCall, body: dict) -> dict:
+    """P's whole answer to `body`, within the prefill's time. PrefillFailed
+    when P fails; the request's own deadline passing stays DEADLINE_EXCEEDED."""
+    try:
+        return await call.engines.complete(
+            call.prefill.worker_id,
+            call.prefill.address,
+            call.request,
+            body,
+            call.deadline,
+            call.prefill_s,
+        )
+    except RequestFailed as e:
+        if e.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise
+        raise PrefillFailed(e.message) from None
+    except WorkerFailure as e:
+        raise PrefillFailed(e.message) from None

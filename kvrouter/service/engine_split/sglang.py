@@ -16,11 +16,9 @@ import secrets
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
-import grpc
-
-from kvrouter.service.engine_split.call import PrefillFailed, SplitCall
+from kvrouter.service.engine_split.call import PrefillFailed, SplitCall, ask_prefill
 from kvrouter.service.openai_worker import completion_body
-from kvrouter.service.worker_calls import RequestFailed, WorkerFailure
+from kvrouter.service.worker_calls import RequestFailed
 
 ROOM_BITS = 63
 
@@ -74,19 +72,6 @@ async def stream(call: SplitCall) -> AsyncIterator[tuple[list[int], int]]:
 
 
 async def _prefill(call: SplitCall, fields: dict) -> None:
-    """P's part; WorkerFailure (or a non-deadline RequestFailed, as
-    WorkerFailure) when it fails."""
+    """P's part; PrefillFailed when it fails."""
     body = {**completion_body(call.request, call.prompt), "stream": False, **fields}
-    try:
-        await call.engines.complete(
-            call.prefill.worker_id,
-            call.prefill.address,
-            call.request,
-            body,
-            call.deadline,
-            call.prefill_s,
-        )
-    except RequestFailed as e:
-        if e.code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            raise
-        raise WorkerFailure(call.prefill.worker_id, e.code, e.message) from None
+    await ask_prefill(call, body)

@@ -15,11 +15,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
-import grpc
-
-from kvrouter.service.engine_split.call import PrefillFailed, SplitCall
+from kvrouter.service.engine_split.call import PrefillFailed, SplitCall, ask_prefill
 from kvrouter.service.openai_worker import completion_body
-from kvrouter.service.worker_calls import RequestFailed, WorkerFailure
 
 # What P is asked for: its prefill kept for a decode elsewhere.
 REMOTE_DECODE = {
@@ -58,20 +55,7 @@ async def _prefill(call: SplitCall) -> dict:
         "kv_transfer_params": REMOTE_DECODE,
     }
     try:
-        answer = await call.engines.complete(
-            call.prefill.worker_id,
-            call.prefill.address,
-            call.request,
-            body,
-            call.deadline,
-            call.prefill_s,
-        )
-    except RequestFailed as e:
-        if e.code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            raise
-        raise PrefillFailed(e.message) from None
-    except WorkerFailure as e:
-        raise PrefillFailed(e.message) from None
+        answer = await ask_prefill(call, body)
     finally:
         call.prefill_done()
     params = answer.get("kv_transfer_params")
