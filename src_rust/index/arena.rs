@@ -2,10 +2,13 @@
 //! sequence hash to arena slot. Blocks stored by one event are pushed side by
 //! side, so a lookup walking a cached sequence mostly finds the next block in
 //! the next slot and skips the hash probe.
+//!
+//! The arena also names nodes by engine block ids: one shared name per node,
+//! whichever worker gave it, in a second table keyed by the id.
 
 use super::owner_sets::SetId;
-use crate::ids::SeqHash;
-use hashbrown::HashTable;
+use super::slot_table::{prefetch, SlotTable};
+use crate::ids::{EngineBlockId, SeqHash};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub struct Node {
@@ -34,13 +37,24 @@ impl Node {
 #[derive(Default)]
 pub struct NodeArena {
     nodes: Vec<Node>,
-    table: HashTable<u32>,
+    table: SlotTable,
     holes: usize,
+    /// Each node's engine block id, where one differs from its sequence hash
+    /// (a node whose entry equals its own hash has none). Empty until an
+    /// engine names a block by an id of its own.
+    names: Vec<u64>,
+    by_name: SlotTable,
 }
 
 /// The hash table's hash of a sequence hash: it is already uniformly random.
 fn slot_hash(seq: SeqHash) -> u64 {
     seq.0
+}
+
+/// The hash of an engine id, which may be a counter rather than a hash.
+fn name_hash(id: EngineBlockId) -> u64 {
+    let x = id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x ^ (x >> 29)
 }
 
 impl NodeArena {
@@ -50,9 +64,71 @@ impl NodeArena {
 
     pub fn find(&self, seq: SeqHash) -> Option<u32> {
         let nodes = &self.nodes;
-        self.table
-            .find(slot_hash(seq), |&i| nodes[i as usize].seq == seq)
-            .copied()
+        self.table.find(slot_hash(seq), |i| {
+            let node = &nodes[i as usize];
+            node.seq == seq && node.is_live()
+        })
+    }
+
+    /// Starts loading what storing `seq` under engine id `block` will probe.
+    #[inline]
+    pub fn prefetch_store(&self, seq: SeqHash, block: EngineBlockId) {
+        self.table.prefetch(slot_hash(seq));
+        if block.0 != seq.0 {
+            self.by_name.prefetch(name_hash(block));
+        }
+    }
+
+    /// Starts loading the table lines that finding the node of engine id
+    /// `block` will probe.
+    #[inline]
+    pub fn prefetch_named(&self, block: EngineBlockId) {
+        self.by_name.prefetch(name_hash(block));
+        self.table.prefetch(slot_hash(SeqHash(block.0)));
+    }
+
+    /// Starts loading the nodes (and names) the table lines, prefetched by
+    /// [`NodeArena::prefetch_named`] a few blocks earlier, point `block` at.
+    #[inline]
+    pub fn prefetch_named_nodes(&self, block: EngineBlockId) {
+        for index in self.by_name.candidates(name_hash(block)) {
+            prefetch(&self.names[index as usize]);
+            prefetch(&self.nodes[index as usize]);
+        }
+        for index in self.table.candidates(slot_hash(SeqHash(block.0))) {
+            prefetch(&self.nodes[index as usize]);
+        }
+    }
+
+    /// The node an engine named `id`.
+    pub fn find_named(&self, id: EngineBlockId) -> Option<u32> {
+        let names = &self.names;
+        self.by_name
+            .find(name_hash(id), |i| names[i as usize] == id.0)
+    }
+
+    /// Names node `index` `id` unless it has another name or `id` names
+    /// another node; returns whether `id` now names it.
+    pub fn name(&mut self, index: u32, id: EngineBlockId) -> bool {
+        if self.names.is_empty() {
+            self.names = self.nodes.iter().map(|node| node.seq.0).collect();
+        }
+        let current = self.names[index as usize];
+        if current == id.0 {
+            return true;
+        }
+        if current != self.nodes[index as usize].seq.0 || self.find_named(id).is_some() {
+            return false;
+        }
+        self.names[index as usize] = id.0;
+        self.by_name.insert(name_hash(id), index);
+        true
+    }
+
+    /// The engine id that names node `index`, if one does.
+    pub fn name_of(&self, index: u32) -> Option<EngineBlockId> {
+        let name = *self.names.get(index as usize)?;
+        (name != self.nodes[index as usize].seq.0).then_some(EngineBlockId(name))
     }
 
     /// The node of `seq`, trying the slot after `previous` before the table.
@@ -87,17 +163,21 @@ impl NodeArena {
             owners,
             last_access: AtomicU32::new(tick),
         });
-        let nodes = &self.nodes;
-        self.table
-            .insert_unique(slot_hash(seq), index, |&i| slot_hash(nodes[i as usize].seq));
+        if !self.names.is_empty() {
+            self.names.push(seq.0);
+        }
+        self.table.insert(slot_hash(seq), index);
         index
     }
 
-    /// Removes a node, leaving a hole; returns its owner set.
+    /// Removes a node and its name, leaving a hole; returns its owner set.
+    /// The hole keeps its table entry, which lookups skip, until compaction:
+    /// erasing it would cost a probe of a line nothing else loads.
     pub fn remove(&mut self, index: u32) -> SetId {
         let seq = self.nodes[index as usize].seq;
-        if let Ok(entry) = self.table.find_entry(slot_hash(seq), |&i| i == index) {
-            entry.remove();
+        if let Some(name) = self.name_of(index) {
+            self.by_name.remove(name_hash(name), index);
+            self.names[index as usize] = seq.0;
         }
         self.holes += 1;
         std::mem::replace(&mut self.nodes[index as usize].owners, SetId::EMPTY)
@@ -121,7 +201,7 @@ impl NodeArena {
             return None;
         }
         let mut next = 0u32;
-        let remap = self
+        let remap: Vec<Option<u32>> = self
             .nodes
             .iter()
             .map(|node| {
@@ -131,23 +211,24 @@ impl NodeArena {
                 })
             })
             .collect();
+        if !self.names.is_empty() {
+            let mut live = self.nodes.iter().map(Node::is_live);
+            self.names.retain(|_| live.next() == Some(true));
+            self.names.shrink_to_fit();
+        }
         self.nodes.retain(Node::is_live);
         self.nodes.shrink_to_fit();
         self.holes = 0;
-        let mut table = HashTable::with_capacity(self.nodes.len());
-        for (i, node) in self.nodes.iter().enumerate() {
-            let nodes = &self.nodes;
-            table.insert_unique(slot_hash(node.seq), i as u32, |&j| {
-                slot_hash(nodes[j as usize].seq)
-            });
-        }
-        self.table = table;
+        self.table.remap(|i| remap[i as usize]);
+        self.by_name.remap(|i| remap[i as usize]);
         Some(remap)
     }
 
-    /// Bytes held by the arena and its table.
+    /// Bytes held by the arena and its tables.
     pub fn heap_bytes(&self) -> usize {
         self.nodes.capacity() * std::mem::size_of::<Node>()
-            + self.table.capacity() * (std::mem::size_of::<u32>() + 1)
+            + self.table.heap_bytes()
+            + self.names.capacity() * std::mem::size_of::<u64>()
+            + self.by_name.heap_bytes()
     }
 }

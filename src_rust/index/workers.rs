@@ -34,10 +34,12 @@ pub struct WorkerState {
     pub id: WorkerId,
     /// The last applied batch number; None before the first batch.
     pub last_seq: Option<u64>,
-    /// Arena index of each block whose engine id differs from the router's
-    /// sequence hash. An engine that names blocks by the router's own hashes
-    /// costs no entries here. An index may point at a hole (the block was
-    /// pruned) until the arena is compacted, which drops such entries.
+    /// Arena index of each block this worker names by an engine id that the
+    /// arena's shared names cannot hold (the node has another name, or the
+    /// id names another node). Engines that agree on block ids, or name
+    /// blocks by the router's own hashes, cost no entries here. An index may
+    /// point at a hole (the block was pruned) until the arena is compacted,
+    /// which drops such entries.
     pub engine_ids: FxHashMap<EngineKey, u32>,
     /// Confirmed blocks held (approximate entries not counted).
     pub blocks: usize,
@@ -64,6 +66,9 @@ impl WorkerState {
 
     /// The arena index recorded for an engine block id, if it is mapped.
     pub fn mapped_node(&self, block: EngineBlockId) -> Option<u32> {
+        if self.engine_ids.is_empty() {
+            return None;
+        }
         self.engine_ids.get(&EngineKey::from(block)).copied()
     }
 }
