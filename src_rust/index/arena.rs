@@ -34,6 +34,50 @@ impl Node {
     }
 }
 
+/// Where compaction moved each node: its new index is the number of live
+/// nodes before it. One bit per old index plus a count per 64, so that the
+/// tables, read in hash order, look indices up in a few hundred kilobytes
+/// that stay in cache rather than in an array as big as the arena.
+pub struct Renumbering {
+    live: Vec<u64>,
+    before: Vec<u32>,
+}
+
+impl Renumbering {
+    fn new(live: impl Iterator<Item = bool>) -> Self {
+        let mut words = Vec::new();
+        for (i, is_live) in live.enumerate() {
+            if i % 64 == 0 {
+                words.push(0u64);
+            }
+            if is_live {
+                *words.last_mut().expect("pushed above") |= 1 << (i % 64);
+            }
+        }
+        let mut count = 0u32;
+        let before = words
+            .iter()
+            .map(|word| {
+                let here = count;
+                count += word.count_ones();
+                here
+            })
+            .collect();
+        Renumbering {
+            live: words,
+            before,
+        }
+    }
+
+    /// The new index of old index `index`; None for a hole.
+    pub fn get(&self, index: u32) -> Option<u32> {
+        let (word, bit) = ((index / 64) as usize, index % 64);
+        let bits = self.live[word];
+        (bits >> bit & 1 == 1)
+            .then(|| self.before[word] + (bits & ((1u64 << bit) - 1)).count_ones())
+    }
+}
+
 #[derive(Default)]
 pub struct NodeArena {
     nodes: Vec<Node>,
@@ -194,33 +238,23 @@ impl NodeArena {
 
     /// Squeezes out the holes once they are a third of the arena, keeping
     /// the order (and so the adjacency of sequences) and rebuilding the
-    /// table at a fitting size. Returns, when it compacted, each old index's
-    /// new index (None for a hole).
-    pub fn compact_if_sparse(&mut self) -> Option<Vec<Option<u32>>> {
+    /// table at a fitting size. Returns, when it compacted, where each old
+    /// index went.
+    pub fn compact_if_sparse(&mut self) -> Option<Renumbering> {
         if self.holes < 1024 || self.holes * 3 < self.nodes.len() {
             return None;
         }
-        let mut next = 0u32;
-        let remap: Vec<Option<u32>> = self
-            .nodes
-            .iter()
-            .map(|node| {
-                node.is_live().then(|| {
-                    next += 1;
-                    next - 1
-                })
-            })
-            .collect();
+        let remap = Renumbering::new(self.nodes.iter().map(Node::is_live));
         if !self.names.is_empty() {
             let mut live = self.nodes.iter().map(Node::is_live);
             self.names.retain(|_| live.next() == Some(true));
-            self.names.shrink_to_fit();
         }
+        // The capacity is kept: shrinking it would copy every node now, and
+        // again at the next push, which doubles it.
         self.nodes.retain(Node::is_live);
-        self.nodes.shrink_to_fit();
         self.holes = 0;
-        self.table.remap(|i| remap[i as usize]);
-        self.by_name.remap(|i| remap[i as usize]);
+        self.table.remap(|i| remap.get(i));
+        self.by_name.remap(|i| remap.get(i));
         Some(remap)
     }
 
@@ -230,5 +264,24 @@ impl NodeArena {
             + self.table.heap_bytes()
             + self.names.capacity() * std::mem::size_of::<u64>()
             + self.by_name.heap_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Renumbering;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn renumbering_counts_the_live_nodes_before(live in proptest::collection::vec(any::<bool>(), 0..300)) {
+            let remap = Renumbering::new(live.iter().copied());
+            let mut next = 0;
+            for (i, &is_live) in live.iter().enumerate() {
+                let expected = is_live.then_some(next);
+                next += u32::from(is_live);
+                prop_assert_eq!(remap.get(i as u32), expected);
+            }
+        }
     }
 }

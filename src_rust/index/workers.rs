@@ -1,6 +1,7 @@
 //! Dense slots for the workers an index knows, with each one's event stream
 //! position and engine-id mapping.
 
+use super::arena::Renumbering;
 use super::events::IndexError;
 use super::holding::MAX_SLOTS;
 use crate::ids::{EngineBlockId, WorkerId};
@@ -143,19 +144,16 @@ impl WorkerTable {
         self.by_id.len()
     }
 
-    /// Rewrites every worker's mapped arena indices after a compaction;
-    /// `remap[old]` is the new index, or None for a dropped node.
-    pub fn remap_nodes(&mut self, remap: &[Option<u32>]) {
+    /// Rewrites every worker's mapped arena indices after a compaction.
+    pub fn remap_nodes(&mut self, remap: &Renumbering) {
         for state in self.slots.iter_mut().flatten() {
-            state
-                .engine_ids
-                .retain(|_, index| match remap[*index as usize] {
-                    Some(new) => {
-                        *index = new;
-                        true
-                    }
-                    None => false,
-                });
+            state.engine_ids.retain(|_, index| match remap.get(*index) {
+                Some(new) => {
+                    *index = new;
+                    true
+                }
+                None => false,
+            });
         }
     }
 
