@@ -108,10 +108,8 @@ impl NodeArena {
 
     pub fn find(&self, seq: SeqHash) -> Option<u32> {
         let nodes = &self.nodes;
-        self.table.find(slot_hash(seq), |i| {
-            let node = &nodes[i as usize];
-            node.seq == seq && node.is_live()
-        })
+        self.table
+            .find(slot_hash(seq), |i| nodes[i as usize].seq == seq)
     }
 
     /// Starts loading what storing `seq` under engine id `block` will probe.
@@ -129,6 +127,19 @@ impl NodeArena {
     pub fn prefetch_named(&self, block: EngineBlockId) {
         self.by_name.prefetch(name_hash(block));
         self.table.prefetch(slot_hash(SeqHash(block.0)));
+    }
+
+    /// Starts loading the table line that removing the node `block` names
+    /// will erase; its node was prefetched by
+    /// [`NodeArena::prefetch_named_nodes`] a few blocks earlier.
+    #[inline]
+    pub fn prefetch_erase(&self, block: EngineBlockId) {
+        for index in self.by_name.candidates(name_hash(block)) {
+            let node = &self.nodes[index as usize];
+            if self.names[index as usize] == block.0 {
+                self.table.prefetch(slot_hash(node.seq));
+            }
+        }
     }
 
     /// Starts loading the nodes (and names) the table lines, prefetched by
@@ -215,10 +226,9 @@ impl NodeArena {
     }
 
     /// Removes a node and its name, leaving a hole; returns its owner set.
-    /// The hole keeps its table entry, which lookups skip, until compaction:
-    /// erasing it would cost a probe of a line nothing else loads.
     pub fn remove(&mut self, index: u32) -> SetId {
         let seq = self.nodes[index as usize].seq;
+        self.table.remove(slot_hash(seq), index);
         if let Some(name) = self.name_of(index) {
             self.by_name.remove(name_hash(name), index);
             self.names[index as usize] = seq.0;
@@ -248,10 +258,10 @@ impl NodeArena {
         if !self.names.is_empty() {
             let mut live = self.nodes.iter().map(Node::is_live);
             self.names.retain(|_| live.next() == Some(true));
+            self.names.shrink_to_fit();
         }
-        // The capacity is kept: shrinking it would copy every node now, and
-        // again at the next push, which doubles it.
         self.nodes.retain(Node::is_live);
+        self.nodes.shrink_to_fit();
         self.holes = 0;
         self.table.remap(|i| remap.get(i));
         self.by_name.remap(|i| remap.get(i));

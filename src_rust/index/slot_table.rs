@@ -147,14 +147,13 @@ impl SlotTable {
         true
     }
 
-    /// Rewrites every slot with `remap`, dropping those it maps to None,
-    /// with room to grow by half again before the next resize.
+    /// Rewrites every slot with `remap`, dropping those it maps to None.
     pub fn remap(&mut self, remap: impl Fn(u32) -> Option<u32>) {
         let kept: Vec<Entry> = self
             .live()
             .filter_map(|e| remap(e.slot).map(|slot| Entry { tag: e.tag, slot }))
             .collect();
-        self.rebuild(bits_for(kept.len() + kept.len() / 2), kept.into_iter());
+        self.rebuild(bits_for(kept.len()), kept.into_iter());
     }
 
     /// Bytes of the entry array.

@@ -498,6 +498,9 @@ impl PrefixTree {
                         if let Some(&block) = block_ids.get(i + PREFETCH_AHEAD / 2) {
                             self.arena.prefetch_named_nodes(block);
                         }
+                        if let Some(&block) = block_ids.get(i + PREFETCH_AHEAD / 4) {
+                            self.arena.prefetch_erase(block);
+                        }
                         if self.remove_block(slot, block, *tier) {
                             outcome.blocks_removed += 1;
                         } else {
