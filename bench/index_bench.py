@@ -13,8 +13,8 @@ KvCacheEvent bytes (its wire format; encoded before the clock starts) and lists 
 its own local block hashes; kvrouter `Stored`/`Removed` events built, inside the timed
 region, from numpy arrays, and lists of its sequence hashes.
 
-    .venv/bin/python bench/index_bench.py            # full run, ~3 minutes on 2 cores
-    .venv/bin/python bench/index_bench.py --quick    # smoke run, under a minute
+    .venv/bin/python bench/index_bench.py            # full run, ~6 minutes on 2 cores
+    .venv/bin/python bench/index_bench.py --quick    # smoke run, about a minute
     .venv/bin/python bench/index_bench.py --only trace --trace PATH   # a Mooncake trace
 """
 
