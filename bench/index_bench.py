@@ -13,8 +13,9 @@ KvCacheEvent bytes (its wire format; encoded before the clock starts) and lists 
 its own local block hashes; kvrouter `Stored`/`Removed` events built, inside the timed
 region, from numpy arrays, and lists of its sequence hashes.
 
-    .venv/bin/python bench/index_bench.py            # full run, ~3 minutes on 2 cores
-    .venv/bin/python bench/index_bench.py --quick    # smoke run, under a minute
+    .venv/bin/python bench/index_bench.py            # full run, ~6 minutes on 2 cores
+    .venv/bin/python bench/index_bench.py --quick    # smoke run, about a minute
+    .venv/bin/python bench/index_bench.py --only trace --trace PATH   # a Mooncake trace
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
+import index_trace_bench
 import numpy as np
 import psutil
 from dynamo import _core as dynamo
@@ -53,6 +55,9 @@ MATCH_BLOCKS = (128, 1_024, 8_192)
 # Batches handed to one apply_many call: a router draining its event queue.
 BULK_CHUNK = 1_024
 RESULTS = Path(__file__).resolve().parent / "results" / "index_bench.json"
+SHARED_TRACE = (
+    Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "synthetic_trace.jsonl"
+)
 
 TARGET_SPEEDUP = 3.0
 TARGET_MEMORY_SHARE = 0.60
@@ -896,6 +901,8 @@ def report(results: dict) -> str:
         ]
         headers = ["system", "blocks", "holdings", "B/block", "B/holding", "of dynamo"]
         parts.append("Memory from RSS, fresh process each\n" + table(headers, rows))
+    if "trace" in results:
+        parts.append(index_trace_bench.report(results["trace"], table, fmt))
     verdict = results.get("targets", {})
     if verdict:
         lines = [f"  {name}: {'met' if v['met'] else 'MISSED'}  {v}" for name, v in verdict.items()]
@@ -922,8 +929,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run, under a minute")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON results ({RESULTS})")
     parser.add_argument("--seed", type=int, default=0)
-    sections = ("hashing", "events", "matches", "memory")
+    sections = ("hashing", "events", "matches", "memory", "trace")
     parser.add_argument("--only", choices=sections, action="append", help="run these sections")
+    parser.add_argument(
+        "--trace", type=Path, default=SHARED_TRACE, help=f"a Mooncake-format trace ({SHARED_TRACE})"
+    )
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     parser.add_argument("--memory-conversations", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--memory-capacity", type=int, help=argparse.SUPPRESS)
@@ -953,6 +963,8 @@ def main() -> None:
         }
     if "memory" in run:
         results["memory"] = bench_memory(scale, args.seed)
+    if "trace" in run:
+        results["trace"] = index_trace_bench.bench_trace(args.trace, args.quick, args.seed)
     results["targets"] = targets(results)
     results["seconds"] = time.perf_counter() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -2,10 +2,13 @@
 //! sequence hash to arena slot. Blocks stored by one event are pushed side by
 //! side, so a lookup walking a cached sequence mostly finds the next block in
 //! the next slot and skips the hash probe.
+//!
+//! The arena also names nodes by engine block ids: one shared name per node,
+//! whichever worker gave it, in a second table keyed by the id.
 
 use super::owner_sets::SetId;
-use crate::ids::SeqHash;
-use hashbrown::HashTable;
+use super::slot_table::{prefetch, SlotTable};
+use crate::ids::{EngineBlockId, SeqHash};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub struct Node {
@@ -31,16 +34,71 @@ impl Node {
     }
 }
 
+/// Where compaction moved each node: its new index is the number of live
+/// nodes before it. One bit per old index plus a count per 64, so that the
+/// tables, read in hash order, look indices up in a few hundred kilobytes
+/// that stay in cache rather than in an array as big as the arena.
+pub struct Renumbering {
+    live: Vec<u64>,
+    before: Vec<u32>,
+}
+
+impl Renumbering {
+    fn new(live: impl Iterator<Item = bool>) -> Self {
+        let mut words = Vec::new();
+        for (i, is_live) in live.enumerate() {
+            if i % 64 == 0 {
+                words.push(0u64);
+            }
+            if is_live {
+                *words.last_mut().expect("pushed above") |= 1 << (i % 64);
+            }
+        }
+        let mut count = 0u32;
+        let before = words
+            .iter()
+            .map(|word| {
+                let here = count;
+                count += word.count_ones();
+                here
+            })
+            .collect();
+        Renumbering {
+            live: words,
+            before,
+        }
+    }
+
+    /// The new index of old index `index`; None for a hole.
+    pub fn get(&self, index: u32) -> Option<u32> {
+        let (word, bit) = ((index / 64) as usize, index % 64);
+        let bits = self.live[word];
+        (bits >> bit & 1 == 1)
+            .then(|| self.before[word] + (bits & ((1u64 << bit) - 1)).count_ones())
+    }
+}
+
 #[derive(Default)]
 pub struct NodeArena {
     nodes: Vec<Node>,
-    table: HashTable<u32>,
+    table: SlotTable,
     holes: usize,
+    /// Each node's engine block id, where one differs from its sequence hash
+    /// (a node whose entry equals its own hash has none). Empty until an
+    /// engine names a block by an id of its own.
+    names: Vec<u64>,
+    by_name: SlotTable,
 }
 
 /// The hash table's hash of a sequence hash: it is already uniformly random.
 fn slot_hash(seq: SeqHash) -> u64 {
     seq.0
+}
+
+/// The hash of an engine id, which may be a counter rather than a hash.
+fn name_hash(id: EngineBlockId) -> u64 {
+    let x = id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x ^ (x >> 29)
 }
 
 impl NodeArena {
@@ -51,8 +109,81 @@ impl NodeArena {
     pub fn find(&self, seq: SeqHash) -> Option<u32> {
         let nodes = &self.nodes;
         self.table
-            .find(slot_hash(seq), |&i| nodes[i as usize].seq == seq)
-            .copied()
+            .find(slot_hash(seq), |i| nodes[i as usize].seq == seq)
+    }
+
+    /// Starts loading what storing `seq` under engine id `block` will probe.
+    #[inline]
+    pub fn prefetch_store(&self, seq: SeqHash, block: EngineBlockId) {
+        self.table.prefetch(slot_hash(seq));
+        if block.0 != seq.0 {
+            self.by_name.prefetch(name_hash(block));
+        }
+    }
+
+    /// Starts loading the table lines that finding the node of engine id
+    /// `block` will probe.
+    #[inline]
+    pub fn prefetch_named(&self, block: EngineBlockId) {
+        self.by_name.prefetch(name_hash(block));
+        self.table.prefetch(slot_hash(SeqHash(block.0)));
+    }
+
+    /// Starts loading the table line that removing the node `block` names
+    /// will erase; its node was prefetched by
+    /// [`NodeArena::prefetch_named_nodes`] a few blocks earlier.
+    #[inline]
+    pub fn prefetch_erase(&self, block: EngineBlockId) {
+        for index in self.by_name.candidates(name_hash(block)) {
+            let node = &self.nodes[index as usize];
+            if self.names[index as usize] == block.0 {
+                self.table.prefetch(slot_hash(node.seq));
+            }
+        }
+    }
+
+    /// Starts loading the nodes (and names) the table lines, prefetched by
+    /// [`NodeArena::prefetch_named`] a few blocks earlier, point `block` at.
+    #[inline]
+    pub fn prefetch_named_nodes(&self, block: EngineBlockId) {
+        for index in self.by_name.candidates(name_hash(block)) {
+            prefetch(&self.names[index as usize]);
+            prefetch(&self.nodes[index as usize]);
+        }
+        for index in self.table.candidates(slot_hash(SeqHash(block.0))) {
+            prefetch(&self.nodes[index as usize]);
+        }
+    }
+
+    /// The node an engine named `id`.
+    pub fn find_named(&self, id: EngineBlockId) -> Option<u32> {
+        let names = &self.names;
+        self.by_name
+            .find(name_hash(id), |i| names[i as usize] == id.0)
+    }
+
+    /// Names node `index` `id` unless it has another name or `id` names
+    /// another node; returns whether `id` now names it.
+    pub fn name(&mut self, index: u32, id: EngineBlockId) -> bool {
+        if self.names.is_empty() {
+            self.names = self.nodes.iter().map(|node| node.seq.0).collect();
+        }
+        let current = self.names[index as usize];
+        if current == id.0 {
+            return true;
+        }
+        if current != self.nodes[index as usize].seq.0 || self.find_named(id).is_some() {
+            return false;
+        }
+        self.names[index as usize] = id.0;
+        self.by_name.insert(name_hash(id), index);
+        true
+    }
+
+    /// The engine id that names node `index`, if one does.
+    pub fn name_of(&self, index: u32) -> Option<EngineBlockId> {
+        let name = *self.names.get(index as usize)?;
+        (name != self.nodes[index as usize].seq.0).then_some(EngineBlockId(name))
     }
 
     /// The node of `seq`, trying the slot after `previous` before the table.
@@ -87,17 +218,20 @@ impl NodeArena {
             owners,
             last_access: AtomicU32::new(tick),
         });
-        let nodes = &self.nodes;
-        self.table
-            .insert_unique(slot_hash(seq), index, |&i| slot_hash(nodes[i as usize].seq));
+        if !self.names.is_empty() {
+            self.names.push(seq.0);
+        }
+        self.table.insert(slot_hash(seq), index);
         index
     }
 
-    /// Removes a node, leaving a hole; returns its owner set.
+    /// Removes a node and its name, leaving a hole; returns its owner set.
     pub fn remove(&mut self, index: u32) -> SetId {
         let seq = self.nodes[index as usize].seq;
-        if let Ok(entry) = self.table.find_entry(slot_hash(seq), |&i| i == index) {
-            entry.remove();
+        self.table.remove(slot_hash(seq), index);
+        if let Some(name) = self.name_of(index) {
+            self.by_name.remove(name_hash(name), index);
+            self.names[index as usize] = seq.0;
         }
         self.holes += 1;
         std::mem::replace(&mut self.nodes[index as usize].owners, SetId::EMPTY)
@@ -114,40 +248,50 @@ impl NodeArena {
 
     /// Squeezes out the holes once they are a third of the arena, keeping
     /// the order (and so the adjacency of sequences) and rebuilding the
-    /// table at a fitting size. Returns, when it compacted, each old index's
-    /// new index (None for a hole).
-    pub fn compact_if_sparse(&mut self) -> Option<Vec<Option<u32>>> {
+    /// table at a fitting size. Returns, when it compacted, where each old
+    /// index went.
+    pub fn compact_if_sparse(&mut self) -> Option<Renumbering> {
         if self.holes < 1024 || self.holes * 3 < self.nodes.len() {
             return None;
         }
-        let mut next = 0u32;
-        let remap = self
-            .nodes
-            .iter()
-            .map(|node| {
-                node.is_live().then(|| {
-                    next += 1;
-                    next - 1
-                })
-            })
-            .collect();
+        let remap = Renumbering::new(self.nodes.iter().map(Node::is_live));
+        if !self.names.is_empty() {
+            let mut live = self.nodes.iter().map(Node::is_live);
+            self.names.retain(|_| live.next() == Some(true));
+            self.names.shrink_to_fit();
+        }
         self.nodes.retain(Node::is_live);
         self.nodes.shrink_to_fit();
         self.holes = 0;
-        let mut table = HashTable::with_capacity(self.nodes.len());
-        for (i, node) in self.nodes.iter().enumerate() {
-            let nodes = &self.nodes;
-            table.insert_unique(slot_hash(node.seq), i as u32, |&j| {
-                slot_hash(nodes[j as usize].seq)
-            });
-        }
-        self.table = table;
+        self.table.remap(|i| remap.get(i));
+        self.by_name.remap(|i| remap.get(i));
         Some(remap)
     }
 
-    /// Bytes held by the arena and its table.
+    /// Bytes held by the arena and its tables.
     pub fn heap_bytes(&self) -> usize {
         self.nodes.capacity() * std::mem::size_of::<Node>()
-            + self.table.capacity() * (std::mem::size_of::<u32>() + 1)
+            + self.table.heap_bytes()
+            + self.names.capacity() * std::mem::size_of::<u64>()
+            + self.by_name.heap_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Renumbering;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn renumbering_counts_the_live_nodes_before(live in proptest::collection::vec(any::<bool>(), 0..300)) {
+            let remap = Renumbering::new(live.iter().copied());
+            let mut next = 0;
+            for (i, &is_live) in live.iter().enumerate() {
+                let expected = is_live.then_some(next);
+                next += u32::from(is_live);
+                prop_assert_eq!(remap.get(i as u32), expected);
+            }
+        }
     }
 }

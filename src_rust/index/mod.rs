@@ -10,6 +10,7 @@ mod events;
 mod holding;
 mod overlap;
 mod owner_sets;
+mod slot_table;
 mod snapshot;
 mod snapshot_frame;
 mod tree;
@@ -287,6 +288,8 @@ mod fuzz_tests;
 mod model_tests;
 #[cfg(test)]
 mod slice_tests;
+#[cfg(test)]
+mod slot_table_tests;
 #[cfg(test)]
 mod snapshot_tests;
 #[cfg(test)]

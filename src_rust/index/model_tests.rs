@@ -12,6 +12,8 @@ type Prefix = Vec<u64>;
 #[derive(Default)]
 struct WorkerModel {
     next_seq: u64,
+    /// The next id of an engine numbering its blocks with a counter.
+    next_counter_id: u64,
     /// engine id -> (the block's whole prefix of local hashes, tier bits)
     blocks: BTreeMap<u64, (Prefix, u8)>,
 }
@@ -67,6 +69,30 @@ impl Model {
     }
 }
 
+/// How an engine names the blocks it stores.
+#[derive(Copy, Clone, Debug)]
+enum Ids {
+    /// By the router's own sequence hashes.
+    Router,
+    /// By an id no other block of any worker has.
+    Fresh,
+    /// By a hash of the prefix that every worker computes alike (an engine
+    /// with a fixed hash seed).
+    Agreed,
+    /// By a counter of its own, so that workers give one id to different
+    /// blocks.
+    Counter,
+}
+
+fn ids() -> impl Strategy<Value = Ids> {
+    prop_oneof![
+        Just(Ids::Router),
+        Just(Ids::Fresh),
+        Just(Ids::Agreed),
+        Just(Ids::Counter)
+    ]
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Store {
@@ -74,7 +100,7 @@ enum Op {
         parent_pick: Option<usize>,
         locals: Vec<u64>,
         tier: u8,
-        foreign_ids: bool,
+        ids: Ids,
     },
     Remove {
         worker: u64,
@@ -98,8 +124,8 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     let worker = 0u64..4;
     prop_oneof![
-        6 => (worker.clone(), proptest::option::of(0usize..16), proptest::collection::vec(0u64..3, 1..4), 0u8..3, any::<bool>())
-            .prop_map(|(worker, parent_pick, locals, tier, foreign_ids)| Op::Store { worker, parent_pick, locals, tier, foreign_ids }),
+        6 => (worker.clone(), proptest::option::of(0usize..16), proptest::collection::vec(0u64..3, 1..4), 0u8..3, ids())
+            .prop_map(|(worker, parent_pick, locals, tier, ids)| Op::Store { worker, parent_pick, locals, tier, ids }),
         3 => (worker.clone(), proptest::collection::vec(0usize..16, 1..3), 0u8..3)
             .prop_map(|(worker, picks, tier)| Op::Remove { worker, picks, tier }),
         1 => worker.clone().prop_map(|worker| Op::Clear { worker }),
@@ -126,7 +152,7 @@ fn step(model: &mut Model, idx: &PrefixIndex, op: &Op) {
             parent_pick,
             locals,
             tier: t,
-            foreign_ids,
+            ids,
         } => {
             let wm = model.workers.entry(*worker).or_default();
             let parent = parent_pick.and_then(|pick| {
@@ -143,13 +169,18 @@ fn step(model: &mut Model, idx: &PrefixIndex, op: &Op) {
             let mut block_ids = Vec::new();
             for &local in locals {
                 prefix.push(local);
-                let id = match wm.id_of(&prefix) {
-                    Some(id) => id,
-                    None if *foreign_ids => {
+                let id = match (wm.id_of(&prefix), ids) {
+                    (Some(id), _) => id,
+                    (None, Ids::Router) => seq_of(&prefix).0,
+                    (None, Ids::Fresh) => {
                         model.next_foreign_id += 1;
                         (1 << 40) + model.next_foreign_id
                     }
-                    None => seq_of(&prefix).0,
+                    (None, Ids::Agreed) => seq_of(&prefix).0 ^ 0x5555,
+                    (None, Ids::Counter) => {
+                        wm.next_counter_id += 1;
+                        (1 << 41) + wm.next_counter_id
+                    }
                 };
                 let entry = wm.blocks.entry(id).or_insert((prefix.clone(), 0));
                 entry.1 |= 1 << t;

@@ -46,7 +46,7 @@ struct NodeRecord {
 impl PrefixTree {
     pub fn to_snapshot(&self, marks: SnapshotMarks) -> Vec<u8> {
         let mut position = vec![u32::MAX; self.workers.slot_bound()];
-        let workers = self
+        let mut workers: Vec<WorkerRecord> = self
             .workers
             .iter()
             .enumerate()
@@ -65,23 +65,29 @@ impl PrefixTree {
                 }
             })
             .collect();
-        let nodes = self
-            .arena
-            .iter()
-            .filter_map(|(_, node)| {
-                let holders: Vec<(u32, u8)> = self
-                    .sets
-                    .holdings(node.owners)
-                    .iter()
-                    .filter(|h| !h.is_approximate())
-                    .map(|h| (position[h.slot() as usize], h.tiers().bits()))
-                    .collect();
-                (!holders.is_empty()).then_some(NodeRecord {
-                    seq_hash: node.seq.0,
-                    holders,
-                })
-            })
-            .collect();
+        let mut nodes = Vec::new();
+        for (index, node) in self.arena.iter() {
+            let holders: Vec<(u32, u8)> = self
+                .sets
+                .holdings(node.owners)
+                .iter()
+                .filter(|h| !h.is_approximate())
+                .map(|h| (position[h.slot() as usize], h.tiers().bits()))
+                .collect();
+            if holders.is_empty() {
+                continue;
+            }
+            // A shared name is listed under every worker holding the node.
+            if let Some(name) = self.arena.name_of(index) {
+                for &(pos, _) in &holders {
+                    workers[pos as usize].engine_ids.push((name.0, node.seq.0));
+                }
+            }
+            nodes.push(NodeRecord {
+                seq_hash: node.seq.0,
+                holders,
+            });
+        }
         let snapshot = Snapshot {
             marks,
             block_size: self.block_size as u64,
@@ -129,11 +135,7 @@ impl PrefixTree {
         for (record, &slot) in snapshot.workers.iter().zip(&slots) {
             for &(engine, seq) in &record.engine_ids {
                 if let Some(index) = tree.arena.find(SeqHash(seq)) {
-                    let block = EngineBlockId(engine);
-                    tree.workers
-                        .state_mut(slot)
-                        .engine_ids
-                        .insert(block.into(), index);
+                    tree.name_block(slot, EngineBlockId(engine), index);
                 }
             }
         }

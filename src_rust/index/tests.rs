@@ -493,3 +493,43 @@ fn foreign_engine_ids_survive_compaction() {
     assert_eq!(outcome.blocks_removed, 601);
     assert_eq!(tree.num_nodes(), 0);
 }
+
+#[test]
+fn shared_engine_ids_survive_compaction() {
+    let mut tree = PrefixTree::new(BS, None);
+    let foreign = |p: u32| EngineBlockId((1 << 40) + u64::from(p));
+    let stored = |p: u32| KvEvent::Stored {
+        parent: None,
+        block_ids: vec![foreign(p)],
+        content: BlockContent::Tokens(tokens(p * 4..p * 4 + 4)),
+        tier: Tier::Device,
+        namespace_seed: namespace_seed(""),
+    };
+    let removed = |p: u32| KvEvent::Removed {
+        block_ids: vec![foreign(p)],
+        tier: Tier::Device,
+    };
+    for p in 0..3000u32 {
+        tree.apply(&batch(1, u64::from(p), vec![stored(p)]), true)
+            .unwrap();
+    }
+    // Worker 2 names its last 300 blocks as worker 1 does: one name each.
+    for p in 2700..3000u32 {
+        tree.apply(&batch(2, u64::from(p - 2700), vec![stored(p)]), true)
+            .unwrap();
+    }
+    for p in 0..3000u32 {
+        tree.apply(&batch(1, 3000 + u64::from(p), vec![removed(p)]), true)
+            .unwrap();
+    }
+    assert!(tree.arena.slots() < 3000, "holes were squeezed out");
+    assert_eq!(tree.num_nodes(), 300);
+    let rest: Vec<EngineBlockId> = (2700..3000u32).map(foreign).collect();
+    let removed = KvEvent::Removed {
+        block_ids: rest,
+        tier: Tier::Device,
+    };
+    let outcome = tree.apply(&batch(2, 300, vec![removed]), true).unwrap();
+    assert_eq!(outcome.blocks_removed, 300);
+    assert_eq!(tree.num_nodes(), 0);
+}

@@ -7,13 +7,18 @@ use super::holding::{Holding, TierSet};
 use super::overlap::{OverlapScores, TierDepths};
 use super::owner_sets::{OwnerSets, SetId};
 use super::workers::WorkerTable;
-use crate::hashing::{chain, BlockHasher};
+use crate::hashing::{chain_all, BlockHasher};
 use crate::ids::{EngineBlockId, SeqHash, Tier, WorkerId};
 use rustc_hash::FxHashMap;
 use std::borrow::{Borrow, Cow};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+/// How many blocks ahead an event's loop starts loading the table lines it
+/// will probe: enough to cover a memory access with the work of the blocks
+/// in between.
+const PREFETCH_AHEAD: usize = 8;
 
 pub struct PrefixTree {
     pub(crate) block_size: usize,
@@ -336,12 +341,16 @@ impl PrefixTree {
         self.pruned
     }
 
-    /// The node a worker's engine block id names: its mapped arena index, or
-    /// the node whose sequence hash is the id itself.
+    /// The node a worker's engine block id names: the worker's own mapping,
+    /// the node the id names for every worker, or the node whose sequence
+    /// hash is the id itself.
     pub(super) fn node_of_block(&self, slot: u32, block: EngineBlockId) -> Option<u32> {
         match self.workers.state(slot).mapped_node(block) {
             Some(index) => self.arena.node(index).is_live().then_some(index),
-            None => self.arena.find(SeqHash(block.0)),
+            None => self
+                .arena
+                .find_named(block)
+                .or_else(|| self.arena.find(SeqHash(block.0))),
         }
     }
 
@@ -349,9 +358,30 @@ impl PrefixTree {
     /// id is taken as the router's own hash even when the node is gone, so an
     /// engine using the router's hashes keeps chaining after a prune.
     fn parent_seq(&self, slot: u32, parent: EngineBlockId) -> SeqHash {
-        match self.workers.state(slot).mapped_node(parent) {
+        let mapped = self.workers.state(slot).mapped_node(parent);
+        match mapped.or_else(|| self.arena.find_named(parent)) {
             Some(index) => self.arena.node(index).seq,
             None => SeqHash(parent.0),
+        }
+    }
+
+    /// Records that the worker calls node `index` `block`: as the node's
+    /// shared name where it can be, else in the worker's own map.
+    pub(super) fn name_block(&mut self, slot: u32, block: EngineBlockId, index: u32) {
+        if self.arena.name(index, block) {
+            self.forget_own_name(slot, block);
+        } else {
+            self.workers
+                .state_mut(slot)
+                .engine_ids
+                .insert(block.into(), index);
+        }
+    }
+
+    fn forget_own_name(&mut self, slot: u32, block: EngineBlockId) {
+        let own = &mut self.workers.state_mut(slot).engine_ids;
+        if !own.is_empty() {
+            own.remove(&block.into());
         }
     }
 
@@ -400,6 +430,11 @@ impl PrefixTree {
     /// the last; keeps the worker's block count.
     fn drop_holding(&mut self, seq: SeqHash, slot: u32) -> Option<Holding> {
         let index = self.arena.find(seq)?;
+        self.drop_holding_at(index, slot)
+    }
+
+    /// [`PrefixTree::drop_holding`] for a node already found.
+    fn drop_holding_at(&mut self, index: u32, slot: u32) -> Option<Holding> {
         let old = self.arena.node(index).owners;
         let previous = self.sets.get(old, slot)?;
         self.unlink(index, old, slot);
@@ -439,19 +474,33 @@ impl PrefixTree {
                         ),
                         BlockContent::LocalHashes(hashes) => Cow::Borrowed(hashes),
                     };
-                    let mut prev = parent.map(|p| self.parent_seq(slot, p));
+                    let prev = parent.map(|p| self.parent_seq(slot, p));
                     if let Some(index) = prev.and_then(|seq| self.arena.find(seq)) {
                         self.arena.node(index).touch(tick);
                     }
-                    for (&block, &local) in block_ids.iter().zip(locals.iter()) {
-                        let seq = chain(prev, local);
-                        prev = Some(seq);
+                    let seqs = chain_all(prev, &locals);
+                    for (i, (&block, &seq)) in block_ids.iter().zip(&seqs).enumerate() {
+                        if let (Some(&seq), Some(&block)) = (
+                            seqs.get(i + PREFETCH_AHEAD),
+                            block_ids.get(i + PREFETCH_AHEAD),
+                        ) {
+                            self.arena.prefetch_store(seq, block);
+                        }
                         self.store_block(slot, block, seq, *tier, tick);
                     }
                     outcome.blocks_stored += block_ids.len();
                 }
                 KvEvent::Removed { block_ids, tier } => {
-                    for &block in block_ids {
+                    for (i, &block) in block_ids.iter().enumerate() {
+                        if let Some(&block) = block_ids.get(i + PREFETCH_AHEAD) {
+                            self.arena.prefetch_named(block);
+                        }
+                        if let Some(&block) = block_ids.get(i + PREFETCH_AHEAD / 2) {
+                            self.arena.prefetch_named_nodes(block);
+                        }
+                        if let Some(&block) = block_ids.get(i + PREFETCH_AHEAD / 4) {
+                            self.arena.prefetch_erase(block);
+                        }
                         if self.remove_block(slot, block, *tier) {
                             outcome.blocks_removed += 1;
                         } else {
@@ -481,10 +530,7 @@ impl PrefixTree {
             Holding::confirmed(slot, tiers)
         });
         if block.0 != seq.0 {
-            self.workers
-                .state_mut(slot)
-                .engine_ids
-                .insert(block.into(), index);
+            self.name_block(slot, block, index);
         }
         match previous {
             None => self.workers.state_mut(slot).blocks += 1,
@@ -499,10 +545,7 @@ impl PrefixTree {
     /// Returns whether the worker held the block in that tier.
     fn remove_block(&mut self, slot: u32, block: EngineBlockId, tier: Tier) -> bool {
         let Some(index) = self.node_of_block(slot, block) else {
-            self.workers
-                .state_mut(slot)
-                .engine_ids
-                .remove(&block.into());
+            self.forget_own_name(slot, block);
             return false;
         };
         let node = self.arena.node(index);
@@ -516,11 +559,8 @@ impl PrefixTree {
         };
         let remaining = held.tiers().without(tier);
         if remaining.is_empty() {
-            self.workers
-                .state_mut(slot)
-                .engine_ids
-                .remove(&block.into());
-            self.drop_holding(seq, slot);
+            self.forget_own_name(slot, block);
+            self.drop_holding_at(index, slot);
         } else {
             self.put_holding(seq, Holding::confirmed(slot, remaining), self.tick());
         }

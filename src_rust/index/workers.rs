@@ -1,6 +1,7 @@
 //! Dense slots for the workers an index knows, with each one's event stream
 //! position and engine-id mapping.
 
+use super::arena::Renumbering;
 use super::events::IndexError;
 use super::holding::MAX_SLOTS;
 use crate::ids::{EngineBlockId, WorkerId};
@@ -34,10 +35,12 @@ pub struct WorkerState {
     pub id: WorkerId,
     /// The last applied batch number; None before the first batch.
     pub last_seq: Option<u64>,
-    /// Arena index of each block whose engine id differs from the router's
-    /// sequence hash. An engine that names blocks by the router's own hashes
-    /// costs no entries here. An index may point at a hole (the block was
-    /// pruned) until the arena is compacted, which drops such entries.
+    /// Arena index of each block this worker names by an engine id that the
+    /// arena's shared names cannot hold (the node has another name, or the
+    /// id names another node). Engines that agree on block ids, or name
+    /// blocks by the router's own hashes, cost no entries here. An index may
+    /// point at a hole (the block was pruned) until the arena is compacted,
+    /// which drops such entries.
     pub engine_ids: FxHashMap<EngineKey, u32>,
     /// Confirmed blocks held (approximate entries not counted).
     pub blocks: usize,
@@ -64,6 +67,9 @@ impl WorkerState {
 
     /// The arena index recorded for an engine block id, if it is mapped.
     pub fn mapped_node(&self, block: EngineBlockId) -> Option<u32> {
+        if self.engine_ids.is_empty() {
+            return None;
+        }
         self.engine_ids.get(&EngineKey::from(block)).copied()
     }
 }
@@ -138,19 +144,16 @@ impl WorkerTable {
         self.by_id.len()
     }
 
-    /// Rewrites every worker's mapped arena indices after a compaction;
-    /// `remap[old]` is the new index, or None for a dropped node.
-    pub fn remap_nodes(&mut self, remap: &[Option<u32>]) {
+    /// Rewrites every worker's mapped arena indices after a compaction.
+    pub fn remap_nodes(&mut self, remap: &Renumbering) {
         for state in self.slots.iter_mut().flatten() {
-            state
-                .engine_ids
-                .retain(|_, index| match remap[*index as usize] {
-                    Some(new) => {
-                        *index = new;
-                        true
-                    }
-                    None => false,
-                });
+            state.engine_ids.retain(|_, index| match remap.get(*index) {
+                Some(new) => {
+                    *index = new;
+                    true
+                }
+                None => false,
+            });
         }
     }
 

@@ -1,0 +1,218 @@
+//! A hash table from a 64-bit key to an arena slot, built for indexes that
+//! outgrow the CPU cache. Each entry is 8 bytes, the slot and 32 bits of the
+//! key's hash (its tag), so a probe reads one cache line, not a control byte
+//! line and then a bucket line. An entry's home is the top bits of its tag,
+//! and each run of entries is kept sorted by tag (ordered linear probing):
+//! a lookup stops at the first larger tag, and growing the table is one
+//! sequential pass that never reads the keys.
+
+const EMPTY: u32 = u32::MAX;
+/// Entries past the last home, so that no run wraps around.
+const TAIL: usize = 64;
+
+#[derive(Copy, Clone)]
+struct Entry {
+    tag: u32,
+    slot: u32,
+}
+
+const FREE: Entry = Entry {
+    tag: 0,
+    slot: EMPTY,
+};
+
+#[derive(Default)]
+pub struct SlotTable {
+    entries: Vec<Entry>,
+    /// log2 of the number of homes; 0 while nothing is allocated.
+    bits: u32,
+    len: usize,
+}
+
+/// The tag of a key hash: its top 32 bits.
+fn tag_of(hash: u64) -> u32 {
+    (hash >> 32) as u32
+}
+
+impl SlotTable {
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    fn home(&self, tag: u32) -> usize {
+        (u64::from(tag) >> (32 - self.bits)) as usize
+    }
+
+    /// The slot stored under `hash` for which `eq` holds.
+    #[inline]
+    pub fn find(&self, hash: u64, eq: impl Fn(u32) -> bool) -> Option<u32> {
+        if self.len == 0 {
+            return None;
+        }
+        let tag = tag_of(hash);
+        for entry in &self.entries[self.home(tag)..] {
+            if entry.slot == EMPTY || entry.tag > tag {
+                return None;
+            }
+            if entry.tag == tag && eq(entry.slot) {
+                return Some(entry.slot);
+            }
+        }
+        None
+    }
+
+    /// Starts loading the line where a lookup of `hash` begins, so that a
+    /// loop over known keys waits for memory once per several keys.
+    #[inline]
+    pub fn prefetch(&self, hash: u64) {
+        if self.len > 0 {
+            prefetch(&self.entries[self.home(tag_of(hash))]);
+        }
+    }
+
+    /// The slots stored under `hash`'s tag, without checking their keys:
+    /// what a caller may prefetch before it looks `hash` up.
+    #[inline]
+    pub fn candidates(&self, hash: u64) -> impl Iterator<Item = u32> + '_ {
+        let tag = tag_of(hash);
+        let start = if self.len == 0 {
+            self.entries.len()
+        } else {
+            self.home(tag)
+        };
+        self.entries[start..]
+            .iter()
+            .take_while(move |e| e.slot != EMPTY && e.tag <= tag)
+            .filter(move |e| e.tag == tag)
+            .map(|e| e.slot)
+    }
+
+    /// Adds `slot` under `hash`; the caller knows it is not there yet.
+    pub fn insert(&mut self, hash: u64, slot: u32) {
+        debug_assert!(slot != EMPTY);
+        if self.bits == 0 || (self.len + 1) * 8 > (7 << self.bits) {
+            self.resize(self.bits.max(3) + 1);
+        }
+        let tag = tag_of(hash);
+        loop {
+            let start = self.home(tag);
+            let place = start
+                + self.entries[start..]
+                    .iter()
+                    .position(|e| e.slot == EMPTY || e.tag > tag)
+                    .expect("the last entry is always free");
+            let free = place
+                + self.entries[place..]
+                    .iter()
+                    .position(|e| e.slot == EMPTY)
+                    .expect("the last entry is always free");
+            if free + 1 == self.entries.len() {
+                self.resize(self.bits + 1);
+                continue;
+            }
+            self.entries.copy_within(place..free, place + 1);
+            self.entries[place] = Entry { tag, slot };
+            self.len += 1;
+            return;
+        }
+    }
+
+    /// Removes the entry of `slot` stored under `hash`; false if absent.
+    pub fn remove(&mut self, hash: u64, slot: u32) -> bool {
+        if self.len == 0 {
+            return false;
+        }
+        let tag = tag_of(hash);
+        let start = self.home(tag);
+        let Some(at) = self.entries[start..]
+            .iter()
+            .take_while(|e| e.slot != EMPTY && e.tag <= tag)
+            .position(|e| e.tag == tag && e.slot == slot)
+        else {
+            return false;
+        };
+        let mut hole = start + at;
+        // Backward shift: pull displaced followers one step toward home.
+        loop {
+            let next = self.entries[hole + 1];
+            if next.slot == EMPTY || self.home(next.tag) > hole {
+                break;
+            }
+            self.entries[hole] = next;
+            hole += 1;
+        }
+        self.entries[hole] = FREE;
+        self.len -= 1;
+        true
+    }
+
+    /// Rewrites every slot with `remap`, dropping those it maps to None.
+    pub fn remap(&mut self, remap: impl Fn(u32) -> Option<u32>) {
+        let kept: Vec<Entry> = self
+            .live()
+            .filter_map(|e| remap(e.slot).map(|slot| Entry { tag: e.tag, slot }))
+            .collect();
+        self.rebuild(bits_for(kept.len()), kept.into_iter());
+    }
+
+    /// Bytes of the entry array.
+    pub fn heap_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<Entry>()
+    }
+
+    fn live(&self) -> impl Iterator<Item = Entry> + '_ {
+        self.entries.iter().copied().filter(|e| e.slot != EMPTY)
+    }
+
+    fn resize(&mut self, bits: u32) {
+        let old = std::mem::take(&mut self.entries);
+        self.rebuild(bits, old.into_iter().filter(|e| e.slot != EMPTY));
+    }
+
+    /// Lays `entries`, in tag order, into a table of 2^bits homes: each goes
+    /// to its home or just after the one before, in one pass.
+    fn rebuild(&mut self, bits: u32, entries: impl Iterator<Item = Entry> + Clone) {
+        let mut bits = bits.max(if self.len > 0 { 4 } else { 0 });
+        'sized: loop {
+            self.bits = bits;
+            self.entries = vec![FREE; (1usize << bits) + TAIL];
+            self.len = 0;
+            let mut next = 0usize;
+            for entry in entries.clone() {
+                let at = next.max(self.home(entry.tag));
+                if at + 1 >= self.entries.len() {
+                    bits += 1;
+                    continue 'sized;
+                }
+                self.entries[at] = entry;
+                self.len += 1;
+                next = at + 1;
+            }
+            return;
+        }
+    }
+}
+
+/// Starts loading the cache line of `value`.
+#[inline]
+pub fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: SSE is part of x86_64, and a prefetch of a valid reference
+        // only hints the cache.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((value as *const T).cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}
+
+/// Homes for `len` entries at most 7/8 full, rounded to a power of two.
+fn bits_for(len: usize) -> u32 {
+    if len == 0 {
+        return 0;
+    }
+    let homes = (len * 8).div_ceil(7).next_power_of_two().max(16);
+    homes.trailing_zeros()
+}
