@@ -43,7 +43,13 @@ def one_run(seed: int, extra: list[str]) -> dict:
         )
         wall = time.perf_counter() - started
         if done.returncode != 0:
-            return {"seed": seed, "failed": done.stderr[-2000:], "wall_s": wall}
+            why = [line for line in done.stderr.splitlines() if "demo failed" in line]
+            return {
+                "seed": seed,
+                "returncode": done.returncode,
+                "failed": why or done.stderr.splitlines()[-20:],
+                "wall_s": wall,
+            }
         result = json.loads(figures.read_text())
     p50 = {
         policy: statistics.median(r[policy]["ttft_p50_ms"] for r in result["rounds"])
@@ -69,7 +75,7 @@ def main() -> int:
         row = one_run(run, extra)
         rows.append(row)
         if "failed" in row:
-            print(f"{run + 1:>3} failed: {row['failed'].splitlines()[-1:]}")
+            print(f"{run + 1:>3} failed: {row['failed'][-1:]}")
             continue
         tbt, p50 = row.get("tbt_p99_ms", {}), row["ttft_p50_ms"]
         print(
