@@ -37,11 +37,18 @@ impl Baseline {
             PolicyName::LeastLoaded => load.active_requests as f64,
             // Most cached blocks first; among equals, the fewest active requests.
             PolicyName::OverlapOnly => -overlap + load.active_requests as f64 * 1e-6,
-            // Dynamo's default cost: prefill blocks - overlap + decode blocks.
+            // Dynamo's KV router's default cost, in blocks: the prefill
+            // tokens queued there plus the request's uncached ones, and the
+            // distinct blocks of the active requests plus the request's
+            // blocks not among them (a prompt they share counts once).
             PolicyName::Dynamo => {
-                load.queued_prefill_tokens as f64 / request.block_size.max(1) as f64
-                    + (request.num_blocks as f64 - overlap)
-                    + load.active_decode_blocks as f64
+                let block_size = request.block_size.max(1);
+                let new_tokens = request
+                    .num_tokens
+                    .saturating_sub(overlap as u64 * block_size);
+                (load.queued_prefill_tokens + new_tokens) as f64 / block_size as f64
+                    + (pool.distinct_active_blocks(worker)
+                        + pool.new_active_blocks(worker, request)) as f64
             }
             PolicyName::Kvrouter | PolicyName::RoundRobin | PolicyName::Random => 0.0,
         }
@@ -143,5 +150,9 @@ impl RoutingPolicy for Baseline {
 
     fn uses_index(&self) -> bool {
         matches!(self.kind, PolicyName::OverlapOnly | PolicyName::Dynamo)
+    }
+
+    fn counts_distinct_blocks(&self) -> bool {
+        self.kind == PolicyName::Dynamo
     }
 }

@@ -4,7 +4,8 @@
 //! bookings: a peer's are kept apart, by replica, and counted in the same
 //! per-worker totals.
 
-use crate::ids::WorkerId;
+use super::active_blocks::ActiveBlocks;
+use crate::ids::{SeqHash, WorkerId};
 use hashbrown::HashMap;
 use std::collections::VecDeque;
 
@@ -43,6 +44,10 @@ pub struct LoadBook {
     /// the peer says so (a release, or a whole book without them), or when
     /// the peer is dropped for going silent.
     remote: HashMap<String, HashMap<String, Booking>>,
+    /// The prompt blocks of the own bookings charged with them, by request
+    /// id, and their distinct blocks per decode worker.
+    blocks: HashMap<String, Vec<SeqHash>>,
+    active: ActiveBlocks,
 }
 
 /// Finished entries the expiry queue may hold beyond the live bookings
@@ -52,6 +57,21 @@ const ORDER_SLACK: usize = 1024;
 impl LoadBook {
     pub fn booked(&self, worker: WorkerId) -> Booked {
         self.per_worker.get(&worker).copied().unwrap_or_default()
+    }
+
+    /// The decode blocks booked on the worker with each block shared by
+    /// several active requests counted once (as far as their blocks are
+    /// known: a peer's bookings count in full).
+    pub fn active_blocks(&self, worker: WorkerId) -> u64 {
+        self.booked(worker)
+            .decode_blocks
+            .saturating_sub(self.active.booked(worker))
+            + self.active.distinct(worker)
+    }
+
+    /// How many of `blocks` an active request booked on the worker holds.
+    pub fn active_shared(&self, worker: WorkerId, blocks: &[SeqHash]) -> u64 {
+        self.active.shared(worker, blocks)
     }
 
     pub fn contains(&self, request_id: &str) -> bool {
@@ -71,8 +91,16 @@ impl LoadBook {
         self.bookings.iter()
     }
 
-    pub fn charge(&mut self, request_id: String, booking: Booking) {
+    /// The prompt blocks the decode worker holds while the request is
+    /// active: booked in full per request (`booked`), and counted once
+    /// however many active requests share them (`active_blocks`); pass none
+    /// when nothing reads the distinct count.
+    pub fn charge(&mut self, request_id: String, booking: Booking, blocks: &[SeqHash]) {
         credit(&mut self.per_worker, &booking);
+        if !blocks.is_empty() {
+            self.active.add(booking.decode_worker, blocks);
+            self.blocks.insert(request_id.clone(), blocks.to_vec());
+        }
         if self.order.len() > 2 * self.bookings.len() + ORDER_SLACK {
             let bookings = &self.bookings;
             self.order
@@ -146,6 +174,9 @@ impl LoadBook {
     pub fn release(&mut self, request_id: &str) -> Option<Booking> {
         let booking = self.bookings.remove(request_id)?;
         debit(&mut self.per_worker, &booking);
+        if let Some(blocks) = self.blocks.remove(request_id) {
+            self.active.remove(booking.decode_worker, &blocks);
+        }
         Some(booking)
     }
 
@@ -314,7 +345,7 @@ mod tests {
     #[test]
     fn charge_prefill_done_release() {
         let mut book = LoadBook::default();
-        book.charge("a".into(), booking(1, 2, 0));
+        book.charge("a".into(), booking(1, 2, 0), &[]);
         assert_eq!(book.booked(WorkerId(1)).prefill_tokens, 1000);
         assert_eq!(
             book.booked(WorkerId(2)),
@@ -335,7 +366,7 @@ mod tests {
     #[test]
     fn release_before_prefill_done_frees_the_prefill_tokens() {
         let mut book = LoadBook::default();
-        book.charge("a".into(), booking(3, 3, 0));
+        book.charge("a".into(), booking(3, 3, 0), &[]);
         book.release("a");
         assert_eq!(book.booked(WorkerId(3)), Booked::default());
     }
@@ -343,9 +374,9 @@ mod tests {
     #[test]
     fn stale_bookings_expire_in_order() {
         let mut book = LoadBook::default();
-        book.charge("old".into(), booking(1, 1, 10));
-        book.charge("done".into(), booking(1, 1, 20));
-        book.charge("new".into(), booking(1, 1, 30));
+        book.charge("old".into(), booking(1, 1, 10), &[]);
+        book.charge("done".into(), booking(1, 1, 20), &[]);
+        book.charge("new".into(), booking(1, 1, 30), &[]);
         book.release("done");
         assert_eq!(book.expire(25), 1);
         assert!(!book.contains("old") && book.contains("new"));
@@ -355,10 +386,10 @@ mod tests {
     #[test]
     fn the_expiry_queue_follows_the_requests_in_flight() {
         let mut book = LoadBook::default();
-        book.charge("kept".into(), booking(1, 1, 0));
+        book.charge("kept".into(), booking(1, 1, 0), &[]);
         for n in 0..100_000 {
             let id = format!("r{n}");
-            book.charge(id.clone(), booking(1, 1, n));
+            book.charge(id.clone(), booking(1, 1, n), &[]);
             book.release(&id);
         }
         assert!(
@@ -374,10 +405,10 @@ mod tests {
     fn bookings_the_worker_no_longer_reports_are_retired_oldest_first() {
         let mut book = LoadBook::default();
         // Charged in routing order, as the router does.
-        book.charge("old".into(), booking(1, 1, 0));
-        book.charge("older-done".into(), booking(1, 1, 5));
-        book.charge("split".into(), booking(2, 1, 6));
-        book.charge("recent".into(), booking(1, 1, 100));
+        book.charge("old".into(), booking(1, 1, 0), &[]);
+        book.charge("older-done".into(), booking(1, 1, 5), &[]);
+        book.charge("split".into(), booking(2, 1, 6), &[]);
+        book.charge("recent".into(), booking(1, 1, 100), &[]);
         book.release("older-done");
         // Routed before 50: "old" (due) and "split" (its prefill still open).
         assert_eq!(
@@ -404,7 +435,7 @@ mod tests {
     #[test]
     fn peer_bookings_count_until_the_peer_releases_or_goes() {
         let mut book = LoadBook::default();
-        book.charge("a".into(), booking(1, 1, 0));
+        book.charge("a".into(), booking(1, 1, 0), &[]);
         book.charge_remote("peer", "a".into(), booking(1, 2, 0));
         book.charge_remote("peer", "b".into(), booking(2, 2, 0));
         assert_eq!(book.booked(WorkerId(1)).prefill_tokens, 2000);
@@ -427,10 +458,42 @@ mod tests {
     }
 
     #[test]
+    fn a_prefix_shared_by_active_requests_counts_once_until_the_last_leaves() {
+        let mut book = LoadBook::default();
+        let prompt = |tail: u64| -> Vec<SeqHash> {
+            (0..15)
+                .chain(std::iter::once(100 + tail))
+                .map(SeqHash)
+                .collect()
+        };
+        let hashed = |d: u64, at_ms: u64| Booking {
+            decode_blocks: 16,
+            ..booking(d, d, at_ms)
+        };
+        for n in 0..4 {
+            book.charge(format!("r{n}"), hashed(1, n), &prompt(n));
+        }
+        book.charge("unhashed".into(), booking(1, 1, 9), &[]);
+        book.charge_remote("peer", "p".into(), booking(1, 1, 0));
+        let w = WorkerId(1);
+        assert_eq!(book.booked(w).decode_blocks, 4 * 16 + 20 + 20);
+        assert_eq!(book.active_blocks(w), 15 + 4 + 20 + 20);
+        assert_eq!(book.active_shared(w, &prompt(7)), 15);
+        assert_eq!(book.active_shared(WorkerId(2), &prompt(7)), 0);
+        book.release("r0");
+        assert_eq!(book.expire(2), 1, "r1 expires");
+        assert_eq!(book.active_blocks(w), 15 + 2 + 20 + 20);
+        book.release("r2");
+        assert_eq!(book.drop_worker(w).len(), 2);
+        assert_eq!(book.active_blocks(w), 0);
+        assert_eq!(book.active_shared(w, &prompt(3)), 0);
+    }
+
+    #[test]
     fn dropping_a_worker_releases_its_requests() {
         let mut book = LoadBook::default();
-        book.charge("a".into(), booking(1, 2, 0));
-        book.charge("b".into(), booking(3, 3, 0));
+        book.charge("a".into(), booking(1, 2, 0), &[]);
+        book.charge("b".into(), booking(3, 3, 0), &[]);
         assert_eq!(book.drop_worker(WorkerId(2)), vec!["a".to_string()]);
         assert_eq!(book.booked(WorkerId(1)), Booked::default());
         assert_eq!(book.len(), 1);

@@ -3,6 +3,7 @@
 
 use super::models::ModelId;
 use super::sessions::SessionKey;
+use crate::ids::SeqHash;
 use crate::index::TierDepths;
 
 /// Coefficients of the TTFT model. Defaults fit an H100-class engine serving
@@ -52,12 +53,14 @@ pub struct Load {
 
 /// The request being scored.
 #[derive(Copy, Clone, Debug, Default, PartialEq)]
-pub struct Request {
+pub struct Request<'a> {
     /// Only this model's workers are candidates.
     pub model: ModelId,
     pub num_tokens: u64,
     pub num_blocks: u64,
     pub block_size: u64,
+    /// The prompt's block hashes, when the caller has them (empty when not).
+    pub blocks: &'a [SeqHash],
     /// The session it belongs to, if the caller named one: its last
     /// workers win ties (sessions.rs).
     pub session: Option<SessionKey>,
@@ -167,7 +170,7 @@ impl Coefficients {
 mod tests {
     use super::*;
 
-    fn request(tokens: u64) -> Request {
+    fn request(tokens: u64) -> Request<'static> {
         Request {
             num_tokens: tokens,
             num_blocks: tokens / 64,

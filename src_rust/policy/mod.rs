@@ -4,6 +4,7 @@
 //! one fairly (kv_cost.rs); the baselines are policies too (baselines.rs).
 //! Design notes: README.md.
 
+mod active_blocks;
 mod baselines;
 mod book;
 mod calibrate;
@@ -134,6 +135,12 @@ pub trait RoutingPolicy: Send {
     fn uses_index(&self) -> bool {
         true
     }
+
+    /// True when the policy reads `Pool::distinct_active_blocks`: only
+    /// then do bookings keep the prompt's block hashes.
+    fn counts_distinct_blocks(&self) -> bool {
+        false
+    }
 }
 
 /// The policy `config.policy` names.
@@ -200,7 +207,7 @@ impl Policy {
     pub fn route(
         &mut self,
         request_id: &str,
-        request: Request,
+        request: Request<'_>,
         overlaps: Overlaps<'_>,
         now_ms: u64,
     ) -> Result<Decision, RouteError> {
@@ -220,6 +227,11 @@ impl Policy {
                 decode_blocks: request.num_blocks,
                 prefill_open: true,
                 at_ms: now_ms,
+            },
+            if self.chooser.counts_distinct_blocks() {
+                request.blocks
+            } else {
+                &[]
             },
         );
         if let Some(session) = request.session {

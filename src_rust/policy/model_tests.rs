@@ -30,12 +30,13 @@ fn two_models(name: PolicyName) -> Policy {
     p
 }
 
-fn request(p: &Policy, model: &str) -> Result<Request, RouteError> {
+fn request(p: &Policy, model: &str) -> Result<Request<'static>, RouteError> {
     Ok(Request {
         model: p.pool.model(model)?,
         num_tokens: 640,
         num_blocks: 10,
         block_size: 64,
+        blocks: &[],
         session: None,
     })
 }

@@ -6,7 +6,7 @@ use super::cost::{Load, Request};
 use super::models::{ModelId, Models, Serves};
 use super::sessions::{Affinity, SessionKey, Sessions};
 use super::{Role, RouteError};
-use crate::ids::WorkerId;
+use crate::ids::{SeqHash, WorkerId};
 use hashbrown::HashMap;
 
 /// What the router knows of one worker.
@@ -206,8 +206,25 @@ impl Pool {
         }
     }
 
-    pub(super) fn charge(&mut self, request_id: String, booking: Booking) {
-        self.book.charge(request_id, booking);
+    pub(super) fn charge(&mut self, request_id: String, booking: Booking, blocks: &[SeqHash]) {
+        self.book.charge(request_id, booking, blocks);
+    }
+
+    /// The worker's active decode blocks with each block that several of
+    /// its booked requests share counted once (`LoadBook::active_blocks`),
+    /// or what it reported, whichever is larger.
+    pub fn distinct_active_blocks(&self, worker: WorkerId) -> u64 {
+        self.book
+            .active_blocks(worker)
+            .max(self.workers[&worker].reported.active_decode_blocks)
+    }
+
+    /// The request's prompt blocks that no request active on the worker
+    /// holds yet: what routing it there adds to `distinct_active_blocks`.
+    pub fn new_active_blocks(&self, worker: WorkerId, request: &Request) -> u64 {
+        request
+            .num_blocks
+            .saturating_sub(self.book.active_shared(worker, request.blocks))
     }
 
     /// A worker's last report counted the request's work; the report stays

@@ -9,12 +9,13 @@ fn policy(workers: &[(u64, Role)]) -> Policy {
     p
 }
 
-fn request(blocks: u64) -> Request {
+fn request(blocks: u64) -> Request<'static> {
     Request {
         model: ModelId::UNNAMED,
         num_tokens: blocks * 64,
         num_blocks: blocks,
         block_size: 64,
+        blocks: &[],
         session: None,
     }
 }

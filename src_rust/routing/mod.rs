@@ -242,6 +242,7 @@ impl Router {
                 num_tokens,
                 num_blocks: hashes.len() as u64,
                 block_size: self.block_size,
+                blocks: hashes,
                 session,
             };
             let decision = policy.route(request_id, request, &matched, now_ms)?;

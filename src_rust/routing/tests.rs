@@ -383,3 +383,36 @@ fn backlog_is_the_least_loaded_healthy_workers_queued_prefill() {
         Err(RouteError::UnknownModel(_))
     ));
 }
+
+/// Requests that share a hot prompt held on worker 1 count its blocks once
+/// there, as Dynamo's KV router counts them, so they keep going to its
+/// cache; charging each request's full prompt sent the second one away.
+#[test]
+fn the_dynamo_baseline_counts_a_shared_prompt_once() {
+    let index = cached_on_1(64);
+    let config = PolicyConfig {
+        policy: PolicyName::Dynamo,
+        ..PolicyConfig::default()
+    };
+    let r = router(config, RouterOptions::default());
+    let turn = |i: u32| -> Vec<u32> {
+        let mut t = tokens(64 * BS as u32);
+        t.extend(10_000 + 32 * i..10_000 + 32 * (i + 1));
+        t
+    };
+    for i in 0..6 {
+        let routed = r
+            .route(&index, &format!("t{i}"), "", "", prompt(&turn(i)), 0)
+            .unwrap();
+        assert_eq!(routed.decision.decode_worker, WorkerId(1), "request {i}");
+        assert!(r.prefill_done(&format!("t{i}")));
+    }
+    let distinct = || r.with_pool(|pool| pool.distinct_active_blocks(WorkerId(1)));
+    assert_eq!(distinct(), 64 + 6 * 2);
+    for i in 0..5 {
+        assert!(r.release(&format!("t{i}")));
+    }
+    assert_eq!(distinct(), 66);
+    assert!(r.release("t5"));
+    assert_eq!(distinct(), 0);
+}

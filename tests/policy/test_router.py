@@ -146,3 +146,17 @@ def test_a_backlogged_worker_gets_the_prompt_predicted_an_idle_one_does_not():
         r.report_load(w, queued_prefill_tokens=5_000, active_decode_blocks=0, active_requests=1)
     second = r.route("busy", tokens)
     assert r.index.find_matches(hash_tokens(tokens, BS)).scores == {second.decode_worker: 20}
+
+
+def test_dynamo_baseline_counts_a_prompt_shared_by_active_requests_once():
+    """As Dynamo's KV router: a hot prompt held by worker 1 and shared by
+    its active requests is one set of blocks there, so requests keep
+    following its cache instead of being pushed away by their own count."""
+    r = router(2, policy="dynamo")
+    hot = list(range(64 * BS))
+    cache_on(r, 1, hot)
+    for i in range(6):
+        tail = [1_000_000 + 32 * i + t for t in range(2 * BS)]
+        assert r.route(f"t{i}", hot + tail).decode_worker == 1, i
+        r.prefill_done(f"t{i}")
+    assert r.route("cold", [5_000_000 + t for t in range(4 * BS)]).decode_worker == 0
