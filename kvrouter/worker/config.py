@@ -130,7 +130,6 @@ class WorkerConfig:
             check_dial("--router", router)
         if self.vllm_http_listen:
             check_listen("--vllm-http-listen", self.vllm_http_listen)
-        self._check_device()
         if bool(self.vllm_http_listen) != bool(self.vllm_kv_events_endpoint):
             raise ValueError(
                 "the engine-compatible mode needs both vllm_http_listen and vllm_kv_events_endpoint"
@@ -146,6 +145,8 @@ class WorkerConfig:
             tls.check_readable(name, getattr(self, name))
         if self.auth_tokens_file:
             auth.load_tokens(self.auth_tokens_file)
+        # Last: it loads torch, which the checks above do without.
+        self._check_device()
 
     def _check_device(self) -> None:
         # Imported here: a setting refused before the engine starts is
