@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from serve_process import ServeProcess
+
 from kvrouter.client import RouterClient, WorkerRegistration
 
 from .stub import StubEngine
@@ -38,3 +40,16 @@ def probe(target: str, tokens=(1, 2, 3)):
 def booked(target: str) -> dict[int, int]:
     """Requests the router has booked on each decode candidate."""
     return {c.worker_id: c.active_requests for c in probe(target).explanation.decode_candidates}
+
+
+def split_router() -> ServeProcess:
+    """A router that splits every prompt of more than a block, waits 3 s
+    for a prefill engine, and tries a failed one again at once (so that
+    each test's failures are its own)."""
+    return ServeProcess(
+        "--proxy",
+        "prefill_timeout_s=3",
+        "--proxy",
+        "failure_cooldown_s=0.001",
+        env={"KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS": "16"},
+    )

@@ -11,12 +11,11 @@ import asyncio
 import random
 
 import pytest
-from serve_process import ServeProcess
 from waiting import wait_until
 
 from kvrouter.client.generate import GenerateClient
 
-from .helpers import MODEL, booked, probe, register
+from .helpers import MODEL, booked, probe, register, split_router
 from .stub import StubEngine
 
 PROMPT = [random.Random(6).randrange(3, 256) for _ in range(200)]
@@ -25,16 +24,7 @@ BOOTSTRAP_PORT = 8998
 
 @pytest.fixture(scope="module")
 def router():
-    process = ServeProcess(
-        "--proxy",
-        "prefill_timeout_s=3",
-        # Each test's failures are its own: a failed prefill engine is
-        # tried again by the next test's request.
-        "--proxy",
-        "failure_cooldown_s=0.001",
-        # Every prompt of more than a block is worth a prefill engine.
-        env={"KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS": "16"},
-    )
+    process = split_router()
     yield process
     process.kill()
 

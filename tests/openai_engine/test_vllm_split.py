@@ -20,7 +20,7 @@ from kvrouter.client.generate import GenerateClient
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 
-from .helpers import MODEL, booked, probe, register
+from .helpers import MODEL, booked, probe, register, split_router
 from .stub import StubEngine
 
 PROMPT = [random.Random(5).randrange(3, 256) for _ in range(200)]
@@ -28,16 +28,7 @@ PROMPT = [random.Random(5).randrange(3, 256) for _ in range(200)]
 
 @pytest.fixture(scope="module")
 def router():
-    process = ServeProcess(
-        "--proxy",
-        "prefill_timeout_s=3",
-        # Each test's failures are its own: a failed prefill engine is
-        # tried again by the next test's request.
-        "--proxy",
-        "failure_cooldown_s=0.001",
-        # Every prompt of more than a block is worth a prefill engine.
-        env={"KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS": "16"},
-    )
+    process = split_router()
     yield process
     process.kill()
 
