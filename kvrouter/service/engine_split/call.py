@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -38,6 +38,20 @@ class SplitCall:
     first_token_s: float
     token_gap_s: float
     prefill_done: Callable[[], None]
+
+    def decode_stream(self, extra: dict) -> AsyncIterator[tuple[list[int], int]]:
+        """D's streamed answer to the request, with the protocol's `extra`
+        fields in its body."""
+        return self.engines.generate(
+            self.decode.worker_id,
+            self.decode.address,
+            self.request,
+            self.prompt,
+            self.deadline,
+            first_token_s=self.first_token_s,
+            token_gap_s=self.token_gap_s,
+            extra=extra,
+        )
 
 
 async def ask_prefill(call: SplitCall, body: dict) -> dict:

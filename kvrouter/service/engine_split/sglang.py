@@ -38,16 +38,7 @@ async def stream(call: SplitCall) -> AsyncIterator[tuple[list[int], int]]:
     fields = bootstrap(call)
     prefill = asyncio.ensure_future(_prefill(call, fields))
     prefill.add_done_callback(lambda _: call.prefill_done())
-    tokens = call.engines.generate(
-        call.decode.worker_id,
-        call.decode.address,
-        call.request,
-        call.prompt,
-        call.deadline,
-        first_token_s=call.first_token_s,
-        token_gap_s=call.token_gap_s,
-        extra=fields,
-    )
+    tokens = call.decode_stream(fields)
     try:
         first = asyncio.ensure_future(anext(tokens))
         while not first.done():

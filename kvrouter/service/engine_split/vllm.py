@@ -31,16 +31,7 @@ REMOTE_DECODE = {
 
 async def stream(call: SplitCall) -> AsyncIterator[tuple[list[int], int]]:
     params = await _prefill(call)
-    tokens = call.engines.generate(
-        call.decode.worker_id,
-        call.decode.address,
-        call.request,
-        call.prompt,
-        call.deadline,
-        first_token_s=call.first_token_s,
-        token_gap_s=call.token_gap_s,
-        extra={"kv_transfer_params": params},
-    )
+    tokens = call.decode_stream({"kv_transfer_params": params})
     async with aclosing(tokens):
         async for chunk in tokens:
             yield chunk
