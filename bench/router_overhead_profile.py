@@ -20,8 +20,8 @@ PARTS = (
         ),
     ),
     ("SSE encode (completion chunks)", ("kvrouter/service/openai/completion.py",)),
+    ("HTTP server (uvicorn, its ASGI plumbing)", ("uvicorn/", "openai/asgi.py", "httptools/")),
     ("request parse and checks (front door)", ("kvrouter/service/openai/",)),
-    ("HTTP server (uvicorn, starlette)", ("uvicorn/", "starlette/", "httptools/")),
     (
         "HTTP client (to the engine, and its SSE parse)",
         ("kvrouter/service/openai_worker.py", "aiohttp/", "yarl/", "multidict/"),

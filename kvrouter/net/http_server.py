@@ -1,5 +1,5 @@
 """An HTTP server on the caller's own event loop: uvicorn (httptools'
-parser) serving a Starlette app from a socket the caller binds itself, so
+parser) serving an ASGI app from a socket the caller binds itself, so
 that the gRPC service and the HTTP API share one process and one loop, and
 the process keeps its own signal handling. The router's front door and the
 worker's engine-compatible API both serve with it; it needs uvicorn (the

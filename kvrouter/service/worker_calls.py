@@ -95,7 +95,9 @@ async def within(awaitable, idle_s: float, worker_id: int, deadline: Deadline, s
     remaining = max(deadline.remaining(), 0.0)
     timeout = min(idle_s, remaining)
     try:
-        return await asyncio.wait_for(awaitable, timeout)
+        # A timeout scope, not wait_for: wait_for wraps each read in a task of its own.
+        async with asyncio.timeout(timeout):
+            return await awaitable
     except TimeoutError:
         # Decided by which limit was set, not by the clock after: the loop
         # may wake a timer a little early, with the deadline not yet passed.

@@ -1,4 +1,4 @@
-"""The front door's endpoints, as a Starlette app: `/v1/completions`,
+"""The front door's endpoints, as an ASGI app (asgi.py): `/v1/completions`,
 `/v1/chat/completions`, `/v1/models`, `/health` and `/ready`.
 
 Every request is checked before anything is scheduled (a 400, 404 or 413
@@ -20,17 +20,13 @@ from pathlib import Path
 
 import msgspec
 from prometheus_client import CollectorRegistry
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
 from kvrouter.frontend import ModelTokenizer
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.errors import ServiceError
 from kvrouter.service.generate import GenerationProxy
 from kvrouter.service.openai.admission import PRIORITY_HEADER, Admission, Priority
+from kvrouter.service.openai.asgi import Answer, EventStream, Request, Routes, body_too_big
 from kvrouter.service.openai.completion import Completion
 from kvrouter.service.openai.errors import HttpError
 from kvrouter.service.openai.observed import FrontDoorMetrics, RequestRecord
@@ -73,30 +69,29 @@ class FrontDoor:
             ).set(depth),
         )
         self.started = int(time.time())
-        self.app = Starlette(
-            routes=[
-                Route("/v1/completions", self.completions, methods=["POST"]),
-                Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
-                Route("/v1/models", self.list_models, methods=["GET"]),
-                Route("/health", self.health, methods=["GET"]),
-                Route("/ready", self.ready, methods=["GET"]),
-            ],
-            exception_handlers={HttpError: _http_error, HTTPException: _starlette_error},
+        self.app = Routes(
+            {
+                ("POST", "/v1/completions"): self.completions,
+                ("POST", "/v1/chat/completions"): self.chat_completions,
+                ("GET", "/v1/models"): self.list_models,
+                ("GET", "/health"): self.health,
+                ("GET", "/ready"): self.ready,
+            }
         )
         # A body may hold the longest prompt as JSON text, several bytes a token.
         self.max_body_bytes = max(1 << 20, 16 * config.max_prompt_tokens)
 
-    async def health(self, _: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+    async def health(self, _: Request) -> Answer:
+        return Answer({"status": "ok"})
 
-    async def ready(self, _: Request) -> Response:
+    async def ready(self, _: Request) -> Answer:
         """200 when every served model has a routable worker, else 503."""
         routable = self.workers.models()
         counts = {name: routable.get(name, 0) for name in self.tokenizers}
         ready = all(counts.values())
-        return JSONResponse({"ready": ready, "routable_workers": counts}, 200 if ready else 503)
+        return Answer({"ready": ready, "routable_workers": counts}, 200 if ready else 503)
 
-    async def list_models(self, _: Request) -> Response:
+    async def list_models(self, _: Request) -> Answer:
         """The served models (and their adapters) that have a routable worker."""
         routable = self.workers.models()
         names = [
@@ -108,12 +103,12 @@ class FrontDoor:
             {"id": name, "object": "model", "created": self.started, "owned_by": "kvrouter"}
             for name in sorted(names)
         ]
-        return JSONResponse({"object": "list", "data": data})
+        return Answer({"object": "list", "data": data})
 
-    async def completions(self, request: Request) -> Response:
+    async def completions(self, request: Request) -> Answer | EventStream:
         return await self._serve(request, RequestRecord("/v1/completions"), self._completion)
 
-    async def chat_completions(self, request: Request) -> Response:
+    async def chat_completions(self, request: Request) -> Answer | EventStream:
         return await self._serve(request, RequestRecord("/v1/chat/completions"), self._chat)
 
     async def _completion(self, request: Request, record: RequestRecord) -> Completion:
@@ -157,14 +152,10 @@ class FrontDoor:
         for a body bigger than the longest prompt the router takes needs,
         or a 408 for one that takes longer than `body_timeout_s` to come."""
         if int(request.headers.get("content-length") or 0) > self.max_body_bytes:
-            raise _body_too_big(self.max_body_bytes)
-        data = bytearray()
+            raise body_too_big(self.max_body_bytes)
         try:
             async with asyncio.timeout(self.body_timeout_s):
-                async for part in request.stream():
-                    data += part
-                    if len(data) > self.max_body_bytes:
-                        raise _body_too_big(self.max_body_bytes)
+                data = await request.body(self.max_body_bytes)
         except TimeoutError:
             raise HttpError(
                 408, f"the request body did not arrive within {self.body_timeout_s:g} s"
@@ -181,7 +172,7 @@ class FrontDoor:
             raise HttpError(400, str(e)) from None
         return body
 
-    async def _serve(self, request: Request, record: RequestRecord, build) -> Response:
+    async def _serve(self, request: Request, record: RequestRecord, build) -> Answer | EventStream:
         """Runs `build`'s completion: checked, admitted, dispatched, then
         answered whole or streamed. The request is counted and logged once,
         here or when its stream ends, and its admission given back."""
@@ -201,13 +192,9 @@ class FrontDoor:
             headers = {"x-request-id": completion.id}
             if not completion.body.stream:
                 answer = await _unless_gone(request, completion.whole(chunks))
-                return JSONResponse(answer, headers=headers)
+                return Answer(answer, headers=headers)
             streaming = True
-            return StreamingResponse(
-                self._releasing(completion.events(chunks), record),
-                media_type="text/event-stream",
-                headers=headers,
-            )
+            return EventStream(self._releasing(completion.events(chunks), record), headers)
         except HttpError as e:
             record.failed(e.status, e.message)
             raise
@@ -264,16 +251,12 @@ def _check(completion: Completion, max_prompt_tokens: int) -> None:
         )
 
 
-def _body_too_big(limit: int) -> HttpError:
-    return HttpError(413, f"the request body is over {limit} bytes")
-
-
 async def _unless_gone(request: Request, answer):
     """Awaits `answer` unless the client goes away first: then it is
     cancelled (which cancels the request on its worker) and a 499, which
     nobody reads, is raised."""
     task = asyncio.ensure_future(answer)
-    gone = asyncio.ensure_future(_disconnected(request))
+    gone = asyncio.ensure_future(request.disconnected())
     try:
         await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -284,20 +267,6 @@ async def _unless_gone(request: Request, answer):
     with contextlib.suppress(asyncio.CancelledError):
         await task
     raise HttpError(499, "the client went away")
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _http_error(_: Request, error: HttpError) -> Response:
-    return error.response()
-
-
-async def _starlette_error(_: Request, error: HTTPException) -> Response:
-    """Unknown paths and methods, in OpenAI's shape."""
-    return HttpError(error.status_code, f"{error.detail}").response()
 
 
 async def _primed(chunks: AsyncIterator) -> AsyncIterator:

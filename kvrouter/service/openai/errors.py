@@ -5,8 +5,6 @@ the request may be retried later, and a body {"error": {"message", "type",
 from __future__ import annotations
 
 import grpc
-import msgspec
-from starlette.responses import Response
 
 # How a refusal or failure of the proxied Generate reads over HTTP.
 STATUS = {
@@ -37,11 +35,5 @@ class HttpError(Exception):
         kind = TYPES.get(self.status, default)
         return {"error": {"message": self.message, "type": kind, "param": None, "code": self.code}}
 
-    def response(self) -> Response:
-        headers = {"retry-after": str(RETRY_AFTER_S)} if self.status in (429, 503) else None
-        return Response(
-            msgspec.json.encode(self.body()),
-            status_code=self.status,
-            media_type="application/json",
-            headers=headers,
-        )
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(RETRY_AFTER_S)} if self.status in (429, 503) else {}
