@@ -11,6 +11,10 @@ Legs, one after another in one run, all in front of the same backend:
   to the backend with `return_token_ids` and re-encodes its stream;
 - kvrouter-token-ids: the same, sent the prompt as token ids, so that the
   difference is the tokenizer's;
+- kvrouter-before (with `--before PATH`): the kvrouter leg run from another
+  checkout (a `git worktree` of an earlier commit, its extension built), so
+  that a change to the front door is measured against what it replaces in
+  the same run;
 - sglang-router and vllm-router (PyPI, from their own venv: `--router-venv`),
   each with its `cache_aware` policy.
 
@@ -63,7 +67,10 @@ RESULTS = HERE / "results" / "router_overhead.json"
 MODEL = "stub"
 # kvrouter again, sent the prompt as token ids: the front door without its tokenizer.
 TOKEN_IDS_LEG = "kvrouter-token-ids"
-LEGS = ("direct", "kvrouter", TOKEN_IDS_LEG, "sglang-router", "vllm-router")
+# kvrouter again, from the checkout `--before` names.
+BEFORE_LEG = "kvrouter-before"
+KVROUTER_LEGS = ("kvrouter", TOKEN_IDS_LEG, BEFORE_LEG)
+LEGS = ("direct", "kvrouter", BEFORE_LEG, TOKEN_IDS_LEG, "sglang-router", "vllm-router")
 RUST_ROUTERS = ("sglang-router", "vllm-router")
 WORDS = ("alpha", "beta", "gamma", "delta", "omega", "router", "cache", "prefix", "block")
 
@@ -186,7 +193,7 @@ class Leg:
         self.url = f"http://127.0.0.1:{port}"
         log = self.logs / f"{self.name}.log"
         try:
-            if self.name in ("kvrouter", TOKEN_IDS_LEG):
+            if self.name in KVROUTER_LEGS:
                 self._start_kvrouter(port, log)
             else:
                 self.process = start(self._rust_router(port), log)
@@ -245,7 +252,12 @@ class Leg:
             "--log-level",
             "warning",
         ]
-        self.process = start(command, log)
+        env = None
+        if self.name == BEFORE_LEG:
+            if self.args.before is None:
+                raise LegUnavailable("no --before checkout")
+            env = os.environ | {"PYTHONPATH": str(self.args.before)}
+        self.process = start(command, log, env)
         wait_http(self.url + "/health", 60, self.process)
         self.worker = OpenAiWorker(f"127.0.0.1:{grpc_port}", self.backend_url)
         wait_http(self.url + "/ready", 30, self.process)
@@ -407,7 +419,7 @@ def measure(args, phase: str, leg: Leg, body: Path, rate: float | None, work: Pa
             keepalive=keepalive,
         )
         time.sleep(SETTLE_S)
-    if args.profile and leg.name in ("kvrouter", TOKEN_IDS_LEG):
+    if args.profile and leg.name in KVROUTER_LEGS:
         found["profile"] = profile(args, leg, body, work / f"{leg.name}.pyspy.txt")
     return found
 
@@ -542,8 +554,13 @@ def table(report: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--legs", nargs="+", choices=LEGS, default=list(LEGS))
+    parser.add_argument(
+        "--legs", nargs="+", choices=LEGS, default=[n for n in LEGS if n != BEFORE_LEG]
+    )
     parser.add_argument("--router-venv", type=Path, default=Path.home() / "router-venv")
+    parser.add_argument(
+        "--before", type=Path, help=f"a kvrouter checkout to run as the {BEFORE_LEG} leg"
+    )
     parser.add_argument("--oha", default=shutil.which("oha") or "oha")
     parser.add_argument("--py-spy", help="py-spy binary (default: on PATH)")
     parser.add_argument("--profile", action="store_true", help="py-spy the kvrouter legs")

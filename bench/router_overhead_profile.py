@@ -24,7 +24,7 @@ PARTS = (
     ("request parse and checks (front door)", ("kvrouter/service/openai/",)),
     (
         "HTTP client (to the engine, and its SSE parse)",
-        ("kvrouter/service/openai_worker.py", "aiohttp/", "yarl/", "multidict/"),
+        ("kvrouter/service/openai_worker.py", "kvrouter/net/http_client.py"),
     ),
     (
         "routing",

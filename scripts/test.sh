@@ -14,18 +14,19 @@ python3 -m venv .venv
 .venv/bin/pip install -q -U pip
 .venv/bin/pip install -q -e ".[test,engine,frontend]"
 
-echo "== lint"
+echo "== lint (at ${SECONDS} s)"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 bash scripts/check_stubs.sh
 cargo fmt --check
 PYO3_PYTHON=.venv/bin/python cargo clippy -q --all-targets --features python -- -D warnings
 
-echo "== install without extras"
+echo "== install without extras (at ${SECONDS} s)"
 bash scripts/check_bare_install.sh
 
-echo "== cargo test"
+echo "== cargo test (at ${SECONDS} s)"
 cargo test -q
 
-echo "== pytest"
-.venv/bin/python -m pytest -q "$@"
+echo "== pytest (at ${SECONDS} s)"
+.venv/bin/python -m pytest -q --durations=15 "$@"
+echo "== done in ${SECONDS} s"

@@ -22,11 +22,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from pathlib import Path
 
-import aiohttp
 import grpc
 import msgspec
 
 from kvrouter.net.credentials import Credentials
+from kvrouter.net.http_client import HttpClient, Response
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.sampling_rules import wire_top_p
 from kvrouter.service.worker_calls import Deadline, RequestFailed, WorkerFailure, within
@@ -88,23 +88,10 @@ class EngineClient:
         self._headers = (
             {"Authorization": f"Bearer {credentials.token}"} if credentials.token else {}
         )
-        self._ssl = _tls_context(credentials)
-        self._session: aiohttp.ClientSession | None = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        # Made on first use: a session belongs to the loop that is running then.
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, ssl=self._ssl),
-                timeout=aiohttp.ClientTimeout(total=None),
-                headers=self._headers,
-            )
-        return self._session
+        self._http = HttpClient(_tls_context(credentials))
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.close()
 
     async def generate(
         self,
@@ -195,7 +182,7 @@ class EngineClient:
             try:
                 text = await within(response.read(), timeout_s, worker_id, deadline, "prefill")
                 answer = msgspec.json.decode(text)
-            except (aiohttp.ClientError, OSError, msgspec.DecodeError) as e:
+            except (OSError, msgspec.DecodeError) as e:
                 raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
         finally:
             response.close()
@@ -214,20 +201,22 @@ class EngineClient:
         timeout_s: float,
         deadline: Deadline,
         stage: str,
-    ) -> aiohttp.ClientResponse:
+    ) -> Response:
         """The response's headers, within `timeout_s`."""
-        headers = {"X-Request-Id": request.request_id, "Content-Type": "application/json"}
+        headers = {
+            **self._headers,
+            "X-Request-Id": request.request_id,
+            "Content-Type": "application/json",
+        }
         rank = self._rank_of(worker_id)
         if rank is not None:
             headers[DP_RANK_HEADER] = str(rank)
-        post = self._client().post(
-            address.rstrip("/") + "/v1/completions",
-            data=msgspec.json.encode(body),
-            headers=headers,
+        post = self._http.post(
+            address.rstrip("/") + "/v1/completions", msgspec.json.encode(body), headers
         )
         try:
             return await within(post, timeout_s, worker_id, deadline, stage)
-        except (aiohttp.ClientError, OSError) as e:
+        except OSError as e:
             raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
 
 
@@ -251,7 +240,7 @@ def _tls_context(credentials: Credentials) -> ssl.SSLContext | bool:
 
 
 async def _events(
-    response: aiohttp.ClientResponse,
+    response: Response,
     prompt_tokens: int,
     idle_s: Callable[[], float],
     worker_id: int,
@@ -262,10 +251,8 @@ async def _events(
     parser = ServerSentEvents(prompt_tokens * EVENT_BYTES_PER_TOKEN + EVENT_BYTES_SLACK)
     while True:
         try:
-            data = await within(
-                response.content.readany(), idle_s(), worker_id, deadline, "generate"
-            )
-        except (aiohttp.ClientError, OSError) as e:
+            data = await within(response.read_some(), idle_s(), worker_id, deadline, "generate")
+        except OSError as e:
             raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
         if not data:
             return
@@ -355,12 +342,12 @@ def _choice(worker_id: int, event: str) -> tuple[list[int], int] | None:
     return tokens, FINISH_REASONS[reason]
 
 
-async def _refusal(worker_id: int, response: aiohttp.ClientResponse) -> Exception:
+async def _refusal(worker_id: int, response: Response) -> Exception:
     """A non-200 answer as the failure it is: the request's own (4xx, not
     retried) or the engine's (5xx, and 429: overloaded)."""
     try:
         text = await response.text()
-    except (aiohttp.ClientError, OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         text = _describe(e)
     try:
         detail = str(json.loads(text)["error"]["message"])
