@@ -287,6 +287,28 @@ def extra_keys() -> dict:
     return {"engine": {}, "publishers": cap.finish(), "probes": probes}
 
 
+def cache_salt() -> dict:
+    """A salted prompt, then the same salted prompt grown by two blocks (a
+    later step: blocks whose parent is salted, with no salt of their own),
+    then the first prompt unsalted."""
+    kv, cap = manager(40), Capture([0])
+    prompt, grown = tokens(10, 3), tokens(10, 3) + tokens(11, 2)
+    run_request(kv, prompt + TAIL, salt="tenant-a")
+    cap.step(kv)
+    run_request(kv, grown + TAIL, salt="tenant-a")
+    cap.step(kv)
+    run_request(kv, prompt + TAIL)
+    cap.step(kv)
+    probes = [
+        probe("grown prompt, its salt", kv, grown + TAIL, namespace="tenant-a", salt="tenant-a"),
+        probe(
+            "grown prompt, another salt", kv, grown + TAIL, namespace="tenant-b", salt="tenant-b"
+        ),
+        probe("grown prompt, no salt", kv, grown + TAIL),
+    ]
+    return {"engine": {}, "publishers": cap.finish(), "probes": probes}
+
+
 def hybrid() -> dict:
     kv, cap = manager(30, sliding_window_blocks=2), Capture([0])
     first, second = tokens(10, 5) + TAIL, tokens(11, 5) + TAIL
@@ -411,6 +433,7 @@ SCENARIOS = {
     "prefix_caching": prefix_caching,
     "reset": reset,
     "extra_keys": extra_keys,
+    "cache_salt": cache_salt,
     "hybrid_sliding_window": hybrid,
     "spec_decode_lookahead": lookahead,
     "dp_ranks_0_1": lambda: data_parallel(0),

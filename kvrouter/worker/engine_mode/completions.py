@@ -16,8 +16,10 @@ from kvrouter.engine import SamplingParams
 # vLLM's sampling defaults where the model's generation config sets none.
 DEFAULT_MAX_TOKENS = 16
 DEFAULT_TEMPERATURE = 1.0
-# Features this mode does not serve; vLLM would honour them.
-UNSUPPORTED = ("echo", "logprobs", "suffix", "prompt_logprobs")
+# Features this mode does not serve; vLLM would honour them. A cache salt
+# would need blocks kept apart per salt: served unsalted, it would share
+# the cache the salt is there to keep apart.
+UNSUPPORTED = ("echo", "logprobs", "suffix", "prompt_logprobs", "cache_salt")
 
 
 @dataclass
