@@ -147,3 +147,27 @@ def test_each_dp_rank_of_a_node_gets_its_global_ranks_load(farm):
             await server.stop(grace=0)
 
     run(scenario())
+
+
+def test_a_rank_the_page_does_not_name_is_logged_and_reports_no_load(farm, caplog):
+    """An entry for rank 0 (a node's start rank left out) against a page
+    labelled rank 1: rank 0 has no series of its own."""
+    page = VLLM_METRICS.replace('engine="0"', 'engine="1"')
+
+    async def scenario():
+        http = await EngineHttp(page).start()
+        engine, _ = farm.start("a", "map", address=http.url, capacity_blocks=1000, **PROBE)
+        (worker,) = engine.worker_ids
+        server = await router()
+        try:
+            async with VllmSidecar(f"127.0.0.1:{server.port}", [engine]):
+                await until(lambda: worker in server.workers, "the engine to register")
+                await until(
+                    lambda: "names other DP ranks" in caplog.text, "the missing rank to be logged"
+                )
+                assert server.policy.load(worker) == (0, 0, 0)
+        finally:
+            await http.stop()
+            await server.stop(grace=0)
+
+    run(scenario())
