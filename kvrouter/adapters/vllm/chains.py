@@ -25,9 +25,8 @@ class ChainNamespaces:
             return None
         return self._namespaces.get(worker, {}).get(block)
 
-    def stored(self, worker: int, blocks: Iterable[int], namespace: str) -> None:
-        known = self._namespaces.setdefault(worker, {})
-        known.update(dict.fromkeys(blocks, namespace))
+    def stored(self, worker: int, block: int, namespace: str) -> None:
+        self._namespaces.setdefault(worker, {})[block] = namespace
 
     def removed(self, worker: int, blocks: Iterable[int]) -> None:
         known = self._namespaces.get(worker)

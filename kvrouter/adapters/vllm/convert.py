@@ -154,7 +154,7 @@ class EventConverter:
         namespaces = self._namespaces(event, full, base, lora, worker, parent)
         for block, namespace in zip(ids, namespaces, strict=False):
             if namespace != base:
-                self.chains.stored(worker, [block], namespace)
+                self.chains.stored(worker, block, namespace)
         runs: list[Stored] = []
         start = 0
         for end in range(1, full + 1):
@@ -172,7 +172,13 @@ class EventConverter:
         return runs
 
     def _namespaces(
-        self, event: BlockStored, full: int, base: str, lora: str | None, worker: int, parent
+        self,
+        event: BlockStored,
+        full: int,
+        base: str,
+        lora: str | None,
+        worker: int,
+        parent: int | None,
     ) -> list[str]:
         """Each of the event's first `full` blocks' namespace: its parent's,
         salted or keyed by what went into its own hash."""
