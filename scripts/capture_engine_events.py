@@ -310,25 +310,31 @@ def cache_salt() -> dict:
 
 
 def hybrid() -> dict:
-    kv, cap = manager(30, sliding_window_blocks=2), Capture([0])
-    first, second = tokens(10, 5) + TAIL, tokens(11, 5) + TAIL
+    kv, cap = manager(40, sliding_window_blocks=2), Capture([0])
+    first, second, third = tokens(10, 5) + TAIL, tokens(11, 5) + TAIL, tokens(12, 5) + TAIL
     run_request(kv, first)
     cap.step(kv)
-    req = request(kv, second)
-    blocks, computed, _ = kv.get_computed_blocks(req)
-    kv.allocate_slots(req, len(second) - computed, computed, blocks)
-    full_ids, window_ids = kv.get_block_ids(req.request_id)
-    kv.free(req)
+    window_ids = {}
+    for name, prompt in (("second", second), ("third", third)):
+        req = request(kv, prompt)
+        blocks, computed, _ = kv.get_computed_blocks(req)
+        kv.allocate_slots(req, len(prompt) - computed, computed, blocks)
+        window_ids[name] = kv.get_block_ids(req.request_id)[1]
+        kv.free(req)
+        cap.step(kv)
+    # The window group loses the second prompt's last two blocks and the
+    # third's first (as a connector's failed load evicts them); the
+    # full-attention group keeps all five of each.
+    kv.evict_blocks(set(window_ids["second"][3:5]) | set(window_ids["third"][:1]))
     cap.step(kv)
-    # The window group loses the second prompt's last two blocks (as a
-    # connector's failed load evicts them); the full-attention group keeps
-    # all five.
-    kv.evict_blocks(set(window_ids[3:5]))
-    cap.step(kv)
-    why = "hybrid engine: not indexed (docs/deployment.md, Hybrid models)"
+    why = (
+        "a window group dropped the prefix's first block: the router counts the prefix "
+        "every group holds whole (docs/deployment.md, Hybrid models)"
+    )
     probes = [
-        probe("hybrid, first prompt", kv, first, expect="at_most", why=why),
-        probe("hybrid, second prompt, window tail evicted", kv, second, expect="at_most", why=why),
+        probe("hybrid, first prompt", kv, first),
+        probe("hybrid, second prompt, window tail evicted", kv, second),
+        probe("hybrid, third prompt, window head evicted", kv, third, expect="at_most", why=why),
     ]
     return {"engine": {}, "publishers": cap.finish(), "probes": probes}
 

@@ -265,3 +265,22 @@ def test_an_engine_with_its_own_salt_has_no_request_namespace_for_another():
         [BlockStored([1], TOKENS, 16, extra_keys=[("tenant-a",)])], worker=1
     )
     assert stored.namespace.startswith(model_namespace("tiny", "mine") + "#")
+
+
+def test_a_group_of_a_kind_not_indexed_leaves_the_engine_unindexed():
+    converter = EventConverter(block_size=16)
+    full = BlockStored([1], TOKENS[:16], 16, group_idx=0, kv_cache_spec_kind="full_attention")
+    mamba = BlockStored([1], TOKENS[:16], 16, group_idx=1, kv_cache_spec_kind="mamba")
+    assert converter.convert([full, mamba], worker=1) == [Cleared()]
+    assert converter.convert([full], worker=2) == [Cleared()]
+
+
+def test_a_block_of_a_hybrid_engine_is_indexed_once_every_group_holds_it():
+    converter = EventConverter(block_size=16)
+    full = BlockStored([1], TOKENS[:16], 16, group_idx=0, kv_cache_spec_kind="full_attention")
+    window = BlockStored([1], TOKENS[:16], 16, group_idx=1, kv_cache_spec_kind="sliding_window")
+    cleared, stored = converter.convert([full, window], worker=1)
+    assert cleared == Cleared() and stored.block_ids == (1,)
+    assert converter.convert([BlockRemoved([1], group_idx=1)], worker=1) == [Removed((1,))]
+    # Offloaded tiers of a hybrid engine are not indexed.
+    assert converter.convert([BlockStored([2], TOKENS[:16], 16, medium="CPU")], worker=1) == []

@@ -26,10 +26,12 @@
   query made of the same tokens.
 - Offloading placeholders (a block's hash, no tokens, `block_size` 0) are
   skipped: the router cannot place a block whose tokens it does not know.
-- Hybrid models (a KV cache group other than 0, or a group kind other than
-  full attention) are not indexed at all: vLLM reuses a prefix only as far as
-  every group holds what it needs, which one group's blocks overstate. The
-  first such event clears the worker; the engine's events are skipped from
+- Hybrid models (KV cache groups of full attention beside sliding-window or
+  chunked local attention ones, hybrid.py): a block is indexed once every
+  group holds it. From the first batch that shows them, the engine's
+  workers are cleared and indexed so; offloaded tiers are then not indexed.
+  Groups of any other kind (mamba, ...) are not indexed at all: the first
+  such event clears the worker, and the engine's events are skipped from
   then on.
 """
 
@@ -45,6 +47,7 @@ import msgspec
 from kvrouter._core import ADAPTER_SEPARATOR, model_namespace
 from kvrouter.adapters.vllm.chains import ChainNamespaces
 from kvrouter.adapters.vllm.holds import OffloadedHolds
+from kvrouter.adapters.vllm.hybrid import FULL_KINDS, WINDOW_KINDS, HybridBlocks
 from kvrouter.adapters.vllm.wire import (
     AllBlocksCleared,
     BlockHash,
@@ -87,7 +90,11 @@ class EventConverter:
         self.model = model
         self.salt = namespace
         self.namespace = model_namespace(model, namespace)
-        self.hybrid = False
+        # Groups of a kind that is not indexed: nothing of the engine's is.
+        self.unindexed = False
+        # Groups that are (hybrid.py): each worker's blocks per group.
+        self.grouped = False
+        self.hybrids: dict[int, HybridBlocks] = {}
         self.skipped: Counter[str] = Counter()
         self.offloaded = OffloadedHolds()
         self.chains = ChainNamespaces()
@@ -96,38 +103,61 @@ class EventConverter:
         """One batch of `worker`'s events; `fresh`: the batch starts the
         worker anew (a resync)."""
         if fresh:
-            self._forget(worker)
+            self.forget(worker)
         out: list[Event] = []
-        if not self.hybrid and any(_hybrid(event) for event in events):
-            self.hybrid = True
-            log.warning("hybrid KV cache groups: the engine's blocks are not indexed")
-        if self.hybrid:
-            self._forget(worker)
+        if not self.unindexed and any(_unindexed_kind(event) for event in events):
+            self.unindexed = True
+            log.warning("KV cache groups of a kind not indexed: the engine's blocks are not")
+        if self.unindexed:
+            self.forget(worker)
             self._skip("hybrid_kv_groups")
             return [Cleared()]
+        if not self.grouped and any(_grouped(event) for event in events):
+            self.grouped = True
+            log.info("hybrid KV cache groups: a block is indexed once every group holds it")
+        if self.grouped and worker not in self.hybrids:
+            # What was indexed before the groups showed may lack some.
+            self.forget(worker)
+            self.hybrids[worker] = HybridBlocks()
+            out.append(Cleared())
+        if worker in self.hybrids:
+            groups = {e.group_idx or 0 for e in events if isinstance(e, BlockStored)}
+            out += self.hybrids[worker].know(groups)
         for event in events:
+            hybrid = self.hybrids.get(worker)
             if isinstance(event, AllBlocksCleared):
-                self._forget(worker)
+                self.forget(worker)
                 out.append(Cleared())
             elif (tier := self._tier(event.medium)) is None:
                 self._skip("unknown_medium", event.medium)
+            elif hybrid is not None and tier != Tier.DEVICE:
+                self._skip("hybrid_offloaded")
             elif isinstance(event, BlockRemoved):
                 ids = self.offloaded.removed(worker, tier, map(engine_block_id, event.block_hashes))
                 self.chains.removed(worker, ids)
-                if ids:
+                if hybrid is not None:
+                    out += hybrid.removed(event.group_idx or 0, ids)
+                elif ids:
                     out.append(Removed(ids, tier))
             elif event.placeholder:
                 self._skip("offload_placeholder")
             else:
                 stored = self._stored(event, tier, worker)
+                if hybrid is not None:
+                    out += hybrid.stored(event.group_idx or 0, stored)
+                    continue
                 for run in stored:
                     self.offloaded.stored(worker, tier, run.block_ids)
                 out.extend(stored)
         return out
 
-    def _forget(self, worker: int) -> None:
+    def forget(self, worker: int) -> None:
+        """What the converter knows of the worker's blocks: the worker is
+        starting anew."""
         self.offloaded.forget(worker)
         self.chains.forget(worker)
+        if worker in self.hybrids:
+            self.hybrids[worker] = HybridBlocks()
 
     def _stored(self, event: BlockStored, tier: Tier, worker: int) -> list[Stored]:
         if event.block_size != self.block_size:
@@ -225,14 +255,20 @@ class EventConverter:
         self.skipped[reason] += 1
 
 
-# KV cache group kinds whose blocks alone decide prefix reuse.
-FULL_PREFIX_KINDS = (None, "full_attention", "mla_attention")
+def _unindexed_kind(event: WireEvent) -> bool:
+    return isinstance(event, BlockStored) and event.kv_cache_spec_kind not in (
+        *FULL_KINDS,
+        *WINDOW_KINDS,
+    )
 
 
-def _hybrid(event: WireEvent) -> bool:
-    if not isinstance(event, BlockStored):
-        return isinstance(event, BlockRemoved) and event.group_idx not in (None, 0)
-    return event.group_idx not in (None, 0) or event.kv_cache_spec_kind not in FULL_PREFIX_KINDS
+def _grouped(event: WireEvent) -> bool:
+    """Of a KV cache group beside group 0, or of a window group."""
+    if isinstance(event, AllBlocksCleared):
+        return False
+    if event.group_idx not in (None, 0):
+        return True
+    return isinstance(event, BlockStored) and event.kv_cache_spec_kind in WINDOW_KINDS
 
 
 def _extra_keys(event: BlockStored, i: int, lora: str | None) -> list[Any]:

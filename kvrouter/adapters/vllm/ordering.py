@@ -199,7 +199,7 @@ class StreamSequencer:
         blocks a worker holds. An unreadable batch becomes an empty resync: it
         clears the worker rather than risk keeping blocks it removed."""
         if batch is None:
-            self.converter.offloaded.forget(worker)
+            self.converter.forget(worker)
             return WorkerBatch(worker, seq, [], resync=True)
         if self.stream.worker_for(batch.data_parallel_rank) is None:
             # A rank this engine entry does not hold (its
