@@ -133,7 +133,7 @@ class StreamSequencer:
             await self._deliver_run(worker, 0, newest, found, restarted=True)
             self.probed_upto = newest
         else:
-            self.converter.offloaded.forget(worker)
+            self.converter.forget(worker)
             await self._deliver(WorkerBatch(worker, expected - 1, [], resync=True))
             self.cleared_at = expected - 1
 
