@@ -107,22 +107,12 @@ class EventConverter:
         out: list[Event] = []
         if not self.unindexed and any(_unindexed_kind(event) for event in events):
             self.unindexed = True
-            log.warning("KV cache groups of a kind not indexed: the engine's blocks are not")
+            log.warning("a KV cache group of a kind not indexed: none of the engine's blocks are")
         if self.unindexed:
             self.forget(worker)
             self._skip("hybrid_kv_groups")
             return [Cleared()]
-        if not self.grouped and any(_grouped(event) for event in events):
-            self.grouped = True
-            log.info("hybrid KV cache groups: a block is indexed once every group holds it")
-        if self.grouped and worker not in self.hybrids:
-            # What was indexed before the groups showed may lack some.
-            self.forget(worker)
-            self.hybrids[worker] = HybridBlocks()
-            out.append(Cleared())
-        if worker in self.hybrids:
-            groups = {e.group_idx or 0 for e in events if isinstance(e, BlockStored)}
-            out += self.hybrids[worker].know(groups)
+        out += self._hybrid_batch(events, worker)
         for event in events:
             hybrid = self.hybrids.get(worker)
             if isinstance(event, AllBlocksCleared):
@@ -149,6 +139,23 @@ class EventConverter:
                 for run in stored:
                     self.offloaded.stored(worker, tier, run.block_ids)
                 out.extend(stored)
+        return out
+
+    def _hybrid_batch(self, events: list[WireEvent], worker: int) -> list[Event]:
+        """A hybrid engine's worker (hybrid.py): cleared at its first batch
+        once the engine has shown its groups (what was indexed before may
+        lack some), then told the groups of each batch."""
+        if not self.grouped and any(_grouped(event) for event in events):
+            self.grouped = True
+            log.info("hybrid KV cache groups: a block is indexed once every group holds it")
+        out: list[Event] = []
+        if self.grouped and worker not in self.hybrids:
+            self.forget(worker)
+            self.hybrids[worker] = HybridBlocks()
+            out.append(Cleared())
+        if worker in self.hybrids:
+            groups = {e.group_idx or 0 for e in events if isinstance(e, BlockStored)}
+            out += self.hybrids[worker].know(groups)
         return out
 
     def forget(self, worker: int) -> None:
