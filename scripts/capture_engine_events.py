@@ -287,26 +287,54 @@ def extra_keys() -> dict:
     return {"engine": {}, "publishers": cap.finish(), "probes": probes}
 
 
+def cache_salt() -> dict:
+    """A salted prompt, then the same salted prompt grown by two blocks (a
+    later step: blocks whose parent is salted, with no salt of their own),
+    then the first prompt unsalted."""
+    kv, cap = manager(40), Capture([0])
+    prompt, grown = tokens(10, 3), tokens(10, 3) + tokens(11, 2)
+    run_request(kv, prompt + TAIL, salt="tenant-a")
+    cap.step(kv)
+    run_request(kv, grown + TAIL, salt="tenant-a")
+    cap.step(kv)
+    run_request(kv, prompt + TAIL)
+    cap.step(kv)
+    probes = [
+        probe("grown prompt, its salt", kv, grown + TAIL, namespace="tenant-a", salt="tenant-a"),
+        probe(
+            "grown prompt, another salt", kv, grown + TAIL, namespace="tenant-b", salt="tenant-b"
+        ),
+        probe("grown prompt, no salt", kv, grown + TAIL),
+    ]
+    return {"engine": {}, "publishers": cap.finish(), "probes": probes}
+
+
 def hybrid() -> dict:
-    kv, cap = manager(30, sliding_window_blocks=2), Capture([0])
-    first, second = tokens(10, 5) + TAIL, tokens(11, 5) + TAIL
+    kv, cap = manager(40, sliding_window_blocks=2), Capture([0])
+    first, second, third = tokens(10, 5) + TAIL, tokens(11, 5) + TAIL, tokens(12, 5) + TAIL
     run_request(kv, first)
     cap.step(kv)
-    req = request(kv, second)
-    blocks, computed, _ = kv.get_computed_blocks(req)
-    kv.allocate_slots(req, len(second) - computed, computed, blocks)
-    full_ids, window_ids = kv.get_block_ids(req.request_id)
-    kv.free(req)
+    window_ids = {}
+    for name, prompt in (("second", second), ("third", third)):
+        req = request(kv, prompt)
+        blocks, computed, _ = kv.get_computed_blocks(req)
+        kv.allocate_slots(req, len(prompt) - computed, computed, blocks)
+        window_ids[name] = kv.get_block_ids(req.request_id)[1]
+        kv.free(req)
+        cap.step(kv)
+    # The window group loses the second prompt's last two blocks and the
+    # third's first (as a connector's failed load evicts them); the
+    # full-attention group keeps all five of each.
+    kv.evict_blocks(set(window_ids["second"][3:5]) | set(window_ids["third"][:1]))
     cap.step(kv)
-    # The window group loses the second prompt's last two blocks (as a
-    # connector's failed load evicts them); the full-attention group keeps
-    # all five.
-    kv.evict_blocks(set(window_ids[3:5]))
-    cap.step(kv)
-    why = "hybrid engine: not indexed (docs/deployment.md, Hybrid models)"
+    why = (
+        "a window group dropped the prefix's first block: the router counts the prefix "
+        "every group holds whole (docs/deployment.md, Hybrid models)"
+    )
     probes = [
-        probe("hybrid, first prompt", kv, first, expect="at_most", why=why),
-        probe("hybrid, second prompt, window tail evicted", kv, second, expect="at_most", why=why),
+        probe("hybrid, first prompt", kv, first),
+        probe("hybrid, second prompt, window tail evicted", kv, second),
+        probe("hybrid, third prompt, window head evicted", kv, third, expect="at_most", why=why),
     ]
     return {"engine": {}, "publishers": cap.finish(), "probes": probes}
 
@@ -411,6 +439,7 @@ SCENARIOS = {
     "prefix_caching": prefix_caching,
     "reset": reset,
     "extra_keys": extra_keys,
+    "cache_salt": cache_salt,
     "hybrid_sliding_window": hybrid,
     "spec_decode_lookahead": lookahead,
     "dp_ranks_0_1": lambda: data_parallel(0),

@@ -68,6 +68,9 @@ def completion_body(request: gen.GenerateRequest, prompt: list[int]) -> dict:
         body["stop_token_ids"] = list(sampling.stop_token_ids)
     if sampling.ignore_eos:
         body["ignore_eos"] = True
+    if request.namespace:
+        # vLLM's name for it; the router routed it in that salt's namespace.
+        body["cache_salt"] = request.namespace
     return body
 
 

@@ -5,7 +5,9 @@ A real router service and real HTTP servers on 127.0.0.1."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,7 @@ from .conftest import until
 from .engine_http import EngineHttp
 from .test_vllm_events import run
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 TTL_S = 2.0
 PROBE = {"probe_interval_s": 0.2, "probe_timeout_s": 0.5}
 VLLM_METRICS = """\
@@ -91,6 +94,78 @@ def test_heartbeats_carry_the_engines_reported_load(farm):
                     ),
                     "the engine's load to reach the router",
                 )
+        finally:
+            await http.stop()
+            await server.stop(grace=0)
+
+    run(scenario())
+
+
+def test_each_dp_rank_of_a_node_gets_its_global_ranks_load(farm):
+    """vLLM labels each rank's series with its global DP rank (`engine`): on
+    a node holding ranks 1-2, vLLM 0.33's own page relabelled so, each
+    rank's worker heartbeats the load of its own label."""
+    page = FIXTURES / "vllm-0.33.0-metrics.txt"
+    recorded = json.loads(Path(f"{page}.json").read_text())
+    text = page.read_text().replace('engine="1"', 'engine="2"').replace('engine="0"', 'engine="1"')
+
+    def load(state: dict) -> tuple[int, int, int]:
+        waiting = state["waiting"] + state["deferred"]
+        mean_prompt = sum(state["prompts"]) / len(state["prompts"])
+        return (
+            round(waiting * mean_prompt),
+            round(state["kv_cache_usage"] * 1000),
+            state["running"] + waiting,
+        )
+
+    async def scenario():
+        http = await EngineHttp(text).start()
+        engine, _ = farm.start(
+            "a",
+            "map",
+            dp=2,
+            address=http.url,
+            capacity_blocks=1000,
+            data_parallel_start_rank=1,
+            **PROBE,
+        )
+        workers = {s.dp_rank: s.worker_id for s in engine.streams}
+        assert set(workers) == {1, 2}
+        server = await router()
+        try:
+            async with VllmSidecar(f"127.0.0.1:{server.port}", [engine]):
+                await until(
+                    lambda: all(
+                        worker in server.workers
+                        and server.policy.load(worker) == load(recorded[str(rank - 1)])
+                        for rank, worker in workers.items()
+                    ),
+                    "each rank's load to reach its worker",
+                )
+        finally:
+            await http.stop()
+            await server.stop(grace=0)
+
+    run(scenario())
+
+
+def test_a_rank_the_page_does_not_name_is_logged_and_reports_no_load(farm, caplog):
+    """An entry for rank 0 (a node's start rank left out) against a page
+    labelled rank 1: rank 0 has no series of its own."""
+    page = VLLM_METRICS.replace('engine="0"', 'engine="1"')
+
+    async def scenario():
+        http = await EngineHttp(page).start()
+        engine, _ = farm.start("a", "map", address=http.url, capacity_blocks=1000, **PROBE)
+        (worker,) = engine.worker_ids
+        server = await router()
+        try:
+            async with VllmSidecar(f"127.0.0.1:{server.port}", [engine]):
+                await until(lambda: worker in server.workers, "the engine to register")
+                await until(
+                    lambda: "names other DP ranks" in caplog.text, "the missing rank to be logged"
+                )
+                assert server.policy.load(worker) == (0, 0, 0)
         finally:
             await http.stop()
             await server.stop(grace=0)

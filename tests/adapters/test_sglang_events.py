@@ -49,7 +49,7 @@ class BlockStoredWithMetadata(BlockStored, tag="BlockStored", kw_only=True):
     metadata: BlockStoredMetadata
 
 
-def test_salted_sglang_blocks_never_match_a_bare_prompt(farm):
+def test_salted_sglang_blocks_match_only_their_salt(farm):
     engine, (pub,) = farm.start("sglang", "positional")
     hasher = EngineHasher(as_bytes=False)
     salted, plain = prompt(1, 3), prompt(2, 2)
@@ -75,7 +75,10 @@ def test_salted_sglang_blocks_never_match_a_bare_prompt(farm):
             await delivered(index, worker, seq)
             assert index.workers()[worker][0] == 3 + 2
             assert index.find_matches_for_tokens(salted).scores == {}
+            assert index.find_matches_for_tokens(salted, namespace="tenant-a").scores == {worker: 3}
+            assert index.find_matches_for_tokens(salted, namespace="tenant-b").scores == {}
             assert index.find_matches_for_tokens(plain).scores == {worker: 2}
+            assert index.find_matches_for_tokens(plain, namespace="tenant-a").scores == {}
 
     run(scenario())
 

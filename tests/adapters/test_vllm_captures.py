@@ -12,6 +12,7 @@ import pytest
 import zmq
 
 from kvrouter.adapters.vllm.sidecar import VllmSidecar
+from kvrouter.client import AsyncRouterClient
 from kvrouter.service import RouterServer, ServiceConfig
 
 from .captured_engine import CapturedEngine, load_capture
@@ -24,6 +25,7 @@ SCENARIOS = (
     "prefix_caching",
     "reset",
     "extra_keys",
+    "cache_salt",
     "hybrid_sliding_window",
     "spec_decode_lookahead",
     "dp_ranks_0_1",
@@ -160,6 +162,33 @@ def test_ranks_behind_one_address_register_their_global_rank():
             }
             assert sorted(ranks.values()) == [1, 2]
             assert all(ranks[s.worker_id] == s.dp_rank for s in engine.config.streams)
+        finally:
+            await stop(*parts)
+
+    run(scenario_run())
+
+
+def test_a_salted_request_is_routed_in_its_salt():
+    """vLLM's salted blocks, the salted sequence grown in a later step,
+    and the same prompt unsalted: a Route naming the model and a cache
+    salt counts the blocks vLLM would serve for that salt, and neither a
+    salted nor an unsalted request claims the other's."""
+    capture = load_capture(VERSION, "cache_salt")
+
+    async def scenario_run():
+        parts = await played_back(capture, lambda engine: {"model": "tiny"})
+        ctx, engine, server, sidecar = parts
+        try:
+            (stream,) = engine.config.streams
+            await delivered(sidecar, stream.worker_id, engine.batches(0))
+            async with AsyncRouterClient(f"127.0.0.1:{server.port}") as client:
+                for probe in capture["probes"]:
+                    result = await client.route(
+                        probe["tokens"], model="tiny", namespace=probe["namespace"], explain=True
+                    )
+                    await client.cancelled(result.request_id)
+                    (candidate,) = result.explanation.decode_candidates
+                    assert candidate.overlap_device == probe["vllm_hit_blocks"], probe["name"]
         finally:
             await stop(*parts)
 

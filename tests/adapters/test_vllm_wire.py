@@ -7,6 +7,7 @@ import hashlib
 import msgspec
 import pytest
 
+from kvrouter._core import model_namespace
 from kvrouter.adapters.vllm import load_engines, stable_worker_id
 from kvrouter.adapters.vllm.config import offset_endpoint
 from kvrouter.adapters.vllm.convert import EventConverter, engine_block_id
@@ -145,7 +146,7 @@ def test_conversion_keeps_what_the_router_can_hash():
 
 def test_extra_keys_split_a_stored_event_at_namespace_changes():
     converter = EventConverter(block_size=16)
-    [plain, image, after] = converter.convert(
+    [plain, image] = converter.convert(
         [
             BlockStored(
                 [1, 2, 3],
@@ -158,8 +159,8 @@ def test_extra_keys_split_a_stored_event_at_namespace_changes():
         worker=1,
     )
     assert (plain.block_ids, plain.parent, plain.namespace) == ((1,), None, "ad")
-    assert image.block_ids == (2,) and image.parent == 1 and image.namespace.startswith("ad#")
-    assert (after.block_ids, after.parent, after.namespace) == ((3,), 2, "ad")
+    # The block after the image's inherits its namespace through the chain.
+    assert image.block_ids == (2, 3) and image.parent == 1 and image.namespace.startswith("ad#")
 
 
 def test_engines_load_from_toml_with_dp_ranks(tmp_path):
@@ -239,3 +240,47 @@ def test_vllm_033_fields_decode():
     assert [e.tier for e in converted] == [Tier.DISK, Tier.DISK, Tier.DISK]
     # Lookahead tokens put each block in its own namespace.
     assert all(e.namespace.startswith("#") for e in converted[:2])
+
+
+def test_a_salted_chain_keeps_its_salt_until_its_block_goes():
+    """vLLM names the salt on a sequence's first block only; a later step's
+    child of a salted block is salted too, until the parent is removed (a
+    child the converter can no longer place goes to the plain namespace,
+    whose chain matches nothing)."""
+    converter = EventConverter(block_size=16, model="tiny")
+    salted = model_namespace("tiny", "tenant-a")
+    (first,) = converter.convert(
+        [BlockStored([1], TOKENS, 16, extra_keys=[("tenant-a",)])], worker=1
+    )
+    (child,) = converter.convert([BlockStored([2], TOKENS, 16, parent_block_hash=1)], worker=1)
+    assert (first.namespace, child.namespace) == (salted, salted)
+    converter.convert([BlockRemoved([1, 2])], worker=1)
+    (orphan,) = converter.convert([BlockStored([3], TOKENS, 16, parent_block_hash=1)], worker=1)
+    assert orphan.namespace == "tiny"
+
+
+def test_an_engine_with_its_own_salt_has_no_request_namespace_for_another():
+    converter = EventConverter(block_size=16, namespace="mine", model="tiny")
+    (stored,) = converter.convert(
+        [BlockStored([1], TOKENS, 16, extra_keys=[("tenant-a",)])], worker=1
+    )
+    assert stored.namespace.startswith(model_namespace("tiny", "mine") + "#")
+
+
+def test_a_group_of_a_kind_not_indexed_leaves_the_engine_unindexed():
+    converter = EventConverter(block_size=16)
+    full = BlockStored([1], TOKENS[:16], 16, group_idx=0, kv_cache_spec_kind="full_attention")
+    mamba = BlockStored([1], TOKENS[:16], 16, group_idx=1, kv_cache_spec_kind="mamba")
+    assert converter.convert([full, mamba], worker=1) == [Cleared()]
+    assert converter.convert([full], worker=2) == [Cleared()]
+
+
+def test_a_block_of_a_hybrid_engine_is_indexed_once_every_group_holds_it():
+    converter = EventConverter(block_size=16)
+    full = BlockStored([1], TOKENS[:16], 16, group_idx=0, kv_cache_spec_kind="full_attention")
+    window = BlockStored([1], TOKENS[:16], 16, group_idx=1, kv_cache_spec_kind="sliding_window")
+    cleared, stored = converter.convert([full, window], worker=1)
+    assert cleared == Cleared() and stored.block_ids == (1,)
+    assert converter.convert([BlockRemoved([1], group_idx=1)], worker=1) == [Removed((1,))]
+    # Offloaded tiers of a hybrid engine are not indexed.
+    assert converter.convert([BlockStored([2], TOKENS[:16], 16, medium="CPU")], worker=1) == []

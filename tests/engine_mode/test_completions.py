@@ -114,6 +114,17 @@ def test_models_health_and_refusals_read_as_vllms(client, engine_worker):
         client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1, logprobs=2)
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1, seed="7")
+    with pytest.raises(openai.BadRequestError, match="bootstrap_room"):
+        client.completions.create(
+            model=MODEL,
+            prompt=PROMPT,
+            max_tokens=1,
+            extra_body={"bootstrap_host": "h", "bootstrap_port": 1, "bootstrap_room": -1},
+        )
+    with pytest.raises(openai.BadRequestError, match="cache_salt"):
+        client.completions.create(
+            model=MODEL, prompt=PROMPT, max_tokens=1, extra_body={"cache_salt": "tenant-a"}
+        )
 
 
 def test_a_stop_token_ends_the_completion_and_is_named(client, reference):

@@ -1,11 +1,13 @@
-"""The router as vLLM's P/D proxy, end to end: a real `kvrouter serve`
-with its front door, and two real `kvrouter worker` processes in their
-engine-compatible mode, a prefill and a decode engine, registered as
-OpenAI engines that speak vLLM's kv_transfer_params (KV_TRANSFER_VLLM).
-A split request prefills on P (which pins the prompt's blocks), D fetches
-the blocks over P's gRPC FetchBlocks and decodes: greedy outputs equal one
-engine's. P killed before or during its prefill: the request is served
-whole on D, same tokens. D killed mid-stream: a clean error."""
+"""The router as vLLM's P/D proxy and as SGLang's bootstrap load balancer,
+end to end: a real `kvrouter serve` with its front door, and two real
+`kvrouter worker` processes in their engine-compatible mode, a prefill and
+a decode engine, registered as OpenAI engines that speak vLLM's
+kv_transfer_params (KV_TRANSFER_VLLM) or SGLang's bootstrap
+(KV_TRANSFER_SGLANG), each test once per protocol. A split request
+prefills on P (which pins the prompt's blocks), D fetches the blocks over
+P's gRPC FetchBlocks and decodes: greedy outputs equal one engine's. P
+killed before or during its prefill: the request is served whole on D,
+same tokens. D killed mid-stream: a clean error."""
 
 from __future__ import annotations
 
@@ -51,10 +53,17 @@ def router(tiny_model):
     process.kill()
 
 
-def join(router, worker, role: str) -> WorkerRegistration:
+@pytest.fixture(scope="module", params=["vllm", "sglang"])
+def kv_transfer(request) -> str:
+    return request.param
+
+
+def join(router, worker, role: str, kv_transfer: str) -> WorkerRegistration:
     """Registers an engine as the sidecar would, from this process: its
     heartbeats go on even after the engine is killed, as a sidecar's do
-    until its probes notice."""
+    until its probes notice. A prefill engine's SGLang bootstrap is on its
+    HTTP port."""
+    bootstrap = int(worker.url.rsplit(":", 1)[1]) if role == "prefill" else 0
     registration = WorkerRegistration(
         router.target,
         role=role,
@@ -63,25 +72,26 @@ def join(router, worker, role: str) -> WorkerRegistration:
         block_size=BLOCK_SIZE,
         model=MODEL,
         protocol="openai",
-        kv_transfer="vllm",
+        kv_transfer=kv_transfer,
+        bootstrap_port=bootstrap if kv_transfer == "sglang" else 0,
     )
     registration.start_background()
     return registration
 
 
 @pytest.fixture(scope="module")
-def decode(router, tiny_model):
+def decode(router, tiny_model, kv_transfer):
     worker = start_engine_worker(tiny_model, "--role", "decode")
-    registration = join(router, worker, "decode")
+    registration = join(router, worker, "decode", kv_transfer)
     yield worker
     registration.stop_background()
     worker.kill()
 
 
 @pytest.fixture
-def prefill(router, tiny_model, decode):
-    worker = start_engine_worker(tiny_model, "--role", "prefill")
-    registration = join(router, worker, "prefill")
+def prefill(router, tiny_model, decode, kv_transfer):
+    worker = start_engine_worker(tiny_model, "--role", "prefill", "--fetch-timeout-s", "3")
+    registration = join(router, worker, "prefill", kv_transfer)
     wait_until(lambda: split_decision(router, PROMPT), what="a split decision")
     yield worker
     registration.stop_background()
@@ -190,8 +200,10 @@ def test_a_prefill_engine_killed_while_it_holds_the_request_is_passed_over(
 
 
 def test_a_hand_off_whose_lease_is_gone_is_prefilled_on_the_decode_engine(
-    prefill, decode, reference
+    prefill, decode, reference, kv_transfer
 ):
+    if kv_transfer != "vllm":
+        pytest.skip("vLLM's kv_transfer_params, sent by hand")
     prompt = [t + 5 for t in PROMPT]
     with openai.OpenAI(base_url=f"{prefill.url}/v1", api_key="unused") as engine:
         prefilled = engine.completions.create(
@@ -221,6 +233,35 @@ def test_a_hand_off_whose_lease_is_gone_is_prefilled_on_the_decode_engine(
         )
     assert answer.choices[0].model_extra["token_ids"] == reference(prompt, 8)
     assert len(decode.logged("could not fetch the hand-off; prefilling the rest")) == failed + 1
+
+
+def test_a_room_the_prefill_engine_never_prefilled_is_prefilled_on_the_decode_engine(
+    prefill, decode, reference, kv_transfer
+):
+    if kv_transfer != "sglang":
+        pytest.skip("SGLang's bootstrap, sent by hand")
+    prompt = [t + 6 for t in PROMPT]
+    host, port = prefill.url.removeprefix("http://").rsplit(":", 1)
+    unused = len(decode.logged("no hand-off from the prefill engine's bootstrap; prefilling"))
+    with openai.OpenAI(base_url=f"{decode.url}/v1", api_key="unused") as engine:
+        answer = engine.completions.create(
+            model=MODEL,
+            prompt=prompt,
+            max_tokens=8,
+            temperature=0,
+            # P's bootstrap answers 404 for a room it never saw, after its
+            # wait (its --fetch-timeout-s).
+            extra_body={
+                "bootstrap_host": host,
+                "bootstrap_port": int(port),
+                "bootstrap_room": 12345,
+                "ignore_eos": True,
+                "return_token_ids": True,
+            },
+        )
+    assert answer.choices[0].model_extra["token_ids"] == reference(prompt, 8)
+    logged = decode.logged("no hand-off from the prefill engine's bootstrap; prefilling")
+    assert len(logged) == unused + 1
 
 
 def test_a_decode_engine_killed_mid_stream_ends_the_answer_with_an_error(

@@ -62,6 +62,13 @@ class StubEngine:
         self.url = f"http://127.0.0.1:{self._server.port}"
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
+    def reset(self) -> None:
+        """Answering again, with nothing recorded."""
+        self.mode = "ok"
+        self.received.clear()
+        self.request_ids.clear()
+        self.disconnects = 0
+
     def start(self) -> StubEngine:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._server.start(), self._loop).result(30)

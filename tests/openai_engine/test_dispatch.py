@@ -118,6 +118,31 @@ def test_answers_are_the_engines_tokens_and_it_gets_the_routers(client, engines,
     assert (stub.received[-1]["seed"], stub.received[-1]["top_p"]) == (7, 0.5)
 
 
+def test_a_cache_salt_reaches_the_engine_as_vllms_field(client, engines):
+    client.completions.create(
+        model=MODEL, prompt="salted", max_tokens=2, extra_body={"cache_salt": "tenant-a"}
+    )
+    client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "salted"}],
+        max_tokens=2,
+        extra_body={"cache_salt": "tenant-b"},
+    )
+    client.completions.create(model=MODEL, prompt="plain", max_tokens=2)
+    bodies = [body for stub, _ in engines.values() for body in stub.received]
+    assert sorted(body.get("cache_salt", "") for body in bodies) == ["", "tenant-a", "tenant-b"]
+
+
+@pytest.mark.parametrize("salt", ["", "x" * 257, "tab\there", 7, ["tenant-a"]])
+def test_a_cache_salt_that_is_no_short_printable_string_is_a_400(client, engines, salt):
+    with pytest.raises(openai.BadRequestError, match="cache_salt") as refused:
+        client.completions.create(
+            model=MODEL, prompt="salted", max_tokens=2, extra_body={"cache_salt": salt}
+        )
+    assert refused.value.body["type"] == "invalid_request_error"
+    assert not any(stub.received for stub, _ in engines.values())
+
+
 def test_a_long_prompt_whose_first_event_spans_many_reads(client, engines):
     # The first event echoes the prompt's ids: some 200 KB of JSON, more
     # than a line reader takes, read in many pieces.

@@ -7,16 +7,12 @@ cancels D's call and serves the request whole on D."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pytest
 from waiting import wait_until
 
-from kvrouter.client.generate import GenerateClient
-
-from .helpers import MODEL, booked, probe, register, split_router
-from .stub import StubEngine
+from .helpers import generate, split_engines, split_pair, split_router
 
 PROMPT = [random.Random(6).randrange(3, 256) for _ in range(200)]
 BOOTSTRAP_PORT = 8998
@@ -31,51 +27,17 @@ def router():
 
 @pytest.fixture(scope="module")
 def engines(router):
-    prefill = StubEngine(list(range(100, 120)), bootstrap_port=BOOTSTRAP_PORT).start()
-    decode = StubEngine(list(range(40, 60)), prefill=prefill).start()
-    registrations = [
-        register(
-            router.target,
-            prefill,
-            role="prefill",
-            kv_transfer="sglang",
-            bootstrap_port=BOOTSTRAP_PORT,
-        ),
-        register(router.target, decode, role="decode", kv_transfer="sglang"),
-    ]
-    yield prefill, decode, registrations[0].worker_id, registrations[1].worker_id
-    for registration in registrations:
-        registration.stop_background()
-    prefill.stop()
-    decode.stop()
+    yield from split_engines(router.target, "sglang", BOOTSTRAP_PORT)
 
 
 @pytest.fixture
 def pair(router, engines):
-    prefill, decode, prefill_id, _ = engines
-    for stub in (prefill, decode):
-        stub.mode = "ok"
-        stub.received.clear()
-        stub.disconnects = 0
-    wait_until(
-        lambda: probe(router.target, PROMPT).prefill_worker == prefill_id,
-        what="a split decision",
-    )
-    yield engines
-    wait_until(lambda: not any(booked(router.target).values()), what="every booking to be closed")
-
-
-def generate(target: str, max_tokens: int = 5):
-    async def run():
-        async with GenerateClient(target, model=MODEL, timeout=60) as client:
-            return await client.generate(PROMPT, max_tokens=max_tokens)
-
-    return asyncio.run(run())
+    yield from split_pair(router.target, engines, PROMPT)
 
 
 def test_both_engines_get_the_prefill_engines_bootstrap_and_one_room(router, pair):
     prefill, decode, prefill_id, decode_id = pair
-    answer = generate(router.target)
+    answer = generate(router.target, PROMPT)
     assert answer.token_ids == decode.tokens[:5]
     assert (answer.prefill_worker, answer.decode_worker) == (prefill_id, decode_id)
     assert answer.stats.disaggregated and answer.stats.retries == 0
@@ -88,7 +50,8 @@ def test_both_engines_get_the_prefill_engines_bootstrap_and_one_room(router, pai
     assert (sent["bootstrap_host"], sent["bootstrap_port"]) == ("127.0.0.1", BOOTSTRAP_PORT)
     assert 0 <= sent["bootstrap_room"] < 2**63
     assert (
-        generate(router.target) and decode.received[-1]["bootstrap_room"] != sent["bootstrap_room"]
+        generate(router.target, PROMPT)
+        and decode.received[-1]["bootstrap_room"] != sent["bootstrap_room"]
     )
 
 
@@ -96,7 +59,7 @@ def test_both_engines_get_the_prefill_engines_bootstrap_and_one_room(router, pai
 def test_a_failed_prefill_cancels_the_decode_and_serves_it_whole(router, pair, mode):
     prefill, decode, _, decode_id = pair
     prefill.mode = mode
-    answer = generate(router.target)
+    answer = generate(router.target, PROMPT)
     assert answer.token_ids == decode.tokens[:5]
     assert (answer.prefill_worker, answer.decode_worker) == (None, decode_id)
     assert answer.stats.retries == 1 and not answer.stats.disaggregated

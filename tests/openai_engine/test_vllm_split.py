@@ -16,11 +16,19 @@ from serve_process import ServeProcess
 from waiting import wait_until
 
 from kvrouter.client import RouterClient, WorkerLoad
-from kvrouter.client.generate import GenerateClient
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 
-from .helpers import MODEL, booked, probe, register, split_router
+from .helpers import (
+    booked,
+    generate,
+    prefill_booked,
+    probe,
+    register,
+    split_engines,
+    split_pair,
+    split_router,
+)
 from .stub import StubEngine
 
 PROMPT = [random.Random(5).randrange(3, 256) for _ in range(200)]
@@ -35,51 +43,17 @@ def router():
 
 @pytest.fixture(scope="module")
 def engines(router):
-    prefill = StubEngine(list(range(100, 120))).start()
-    decode = StubEngine(list(range(40, 60))).start()
-    registrations = [
-        register(router.target, prefill, role="prefill", kv_transfer="vllm"),
-        register(router.target, decode, role="decode", kv_transfer="vllm"),
-    ]
-    yield prefill, decode, registrations[0].worker_id, registrations[1].worker_id
-    for registration in registrations:
-        registration.stop_background()
-    prefill.stop()
-    decode.stop()
+    yield from split_engines(router.target, "vllm")
 
 
 @pytest.fixture
 def pair(router, engines):
-    prefill, decode, prefill_id, _ = engines
-    for stub in (prefill, decode):
-        stub.mode = "ok"
-        stub.received.clear()
-        stub.request_ids.clear()
-    wait_until(
-        lambda: probe(router.target, PROMPT).prefill_worker == prefill_id,
-        what="a split decision",
-    )
-    yield engines
-    wait_until(lambda: not any(booked(router.target).values()), what="every booking to be closed")
-    wait_until(lambda: not prefill_booked(router.target), what="the prefill booking to be closed")
-
-
-def prefill_booked(target: str) -> float:
-    """The queue the router predicts on the prefill engine: its booked prefills."""
-    return sum(c.queue_ms for c in probe(target, PROMPT).explanation.prefill_candidates)
-
-
-def generate(target: str, max_tokens: int = 5):
-    async def run():
-        async with GenerateClient(target, model=MODEL, timeout=60) as client:
-            return await client.generate(PROMPT, max_tokens=max_tokens)
-
-    return asyncio.run(run())
+    yield from split_pair(router.target, engines, PROMPT)
 
 
 def test_prefill_engine_hands_its_kv_to_the_decode_engine(router, pair):
     prefill, decode, prefill_id, decode_id = pair
-    answer = generate(router.target)
+    answer = generate(router.target, PROMPT)
     assert answer.token_ids == decode.tokens[:5]
     assert (answer.prefill_worker, answer.decode_worker) == (prefill_id, decode_id)
     assert answer.stats.disaggregated and answer.stats.retries == 0
@@ -98,7 +72,7 @@ def test_prefill_engine_hands_its_kv_to_the_decode_engine(router, pair):
 def test_a_failed_prefill_is_served_whole_on_the_decode_engine(router, pair, mode):
     prefill, decode, _, decode_id = pair
     prefill.mode = mode
-    answer = generate(router.target)
+    answer = generate(router.target, PROMPT)
     assert answer.token_ids == decode.tokens[:5]
     assert (answer.prefill_worker, answer.decode_worker) == (None, decode_id)
     assert answer.stats.retries == 1 and not answer.stats.disaggregated
@@ -113,9 +87,9 @@ def test_the_prefill_booking_is_open_while_the_prefill_engine_works(router, pair
     prefill.mode = "hang"
 
     async def run():
-        task = asyncio.ensure_future(asyncio.to_thread(generate, router.target))
+        task = asyncio.ensure_future(asyncio.to_thread(generate, router.target, PROMPT))
         await asyncio.to_thread(wait_until, lambda: prefill.received, what="the prefill to be sent")
-        assert prefill_booked(router.target) > 0
+        assert prefill_booked(router.target, PROMPT) > 0
         return await task
 
     answer = asyncio.run(run())
@@ -167,7 +141,7 @@ def test_a_failed_prefill_engine_is_not_tried_again_while_it_cools_down(engines)
     try:
         wait_until(lambda: probe(process.target, PROMPT).disaggregated, what="a split decision")
         for _ in range(3):
-            assert generate(process.target).token_ids == decode.tokens[:5]
+            assert generate(process.target, PROMPT).token_ids == decode.tokens[:5]
         assert len(prefill.received) == 1, "a hung prefill engine was waited on again"
     finally:
         for registration in registrations:
@@ -198,7 +172,7 @@ def test_a_decode_engine_that_fails_the_split_passes_the_request_on_whole(engine
             ),
             what="a split onto the failing engine",
         )
-        answer = generate(process.target)
+        answer = generate(process.target, PROMPT)
         assert answer.token_ids == healthy.tokens[:5]
         assert (answer.prefill_worker, answer.decode_worker) == (None, registrations[2].worker_id)
         assert not answer.stats.disaggregated

@@ -133,7 +133,7 @@ class StreamSequencer:
             await self._deliver_run(worker, 0, newest, found, restarted=True)
             self.probed_upto = newest
         else:
-            self.converter.offloaded.forget(worker)
+            self.converter.forget(worker)
             await self._deliver(WorkerBatch(worker, expected - 1, [], resync=True))
             self.cleared_at = expected - 1
 
@@ -199,7 +199,7 @@ class StreamSequencer:
         blocks a worker holds. An unreadable batch becomes an empty resync: it
         clears the worker rather than risk keeping blocks it removed."""
         if batch is None:
-            self.converter.offloaded.forget(worker)
+            self.converter.forget(worker)
             return WorkerBatch(worker, seq, [], resync=True)
         if self.stream.worker_for(batch.data_parallel_rank) is None:
             # A rank this engine entry does not hold (its

@@ -7,7 +7,12 @@ within one heartbeat interval (`load_for` is None otherwise), so a dead or
 hung engine stops heartbeating at the next beat, and the router drops it
 within its heartbeat TTL of the last good probe, hence of the failure.
 When the engine answers again the heartbeats resume, and the router, which
-forgot the worker, has it register again."""
+forgot the worker, has it register again.
+
+Load is looked up by the global DP rank, which vLLM's `engine` label
+carries; a page naming ranks but not the worker's (a node's
+`data_parallel_start_rank` left out) is logged once, and the worker
+reports the rank-less series or none."""
 
 from __future__ import annotations
 
@@ -43,6 +48,7 @@ class EngineProbe:
         self.healthy_at: float | None = None
         self.loads: dict[int | None, WorkerLoad] = {}
         self.failures = 0
+        self._unlabelled: set[int] = set()
         self._task: asyncio.Task | None = None
         self._session: aiohttp.ClientSession | None = None
 
@@ -89,7 +95,18 @@ class EngineProbe:
         None (no heartbeat)."""
         if self.healthy_at is None or time.monotonic() - self.healthy_at > within_s:
             return None
-        return self.loads.get(dp_rank) or self.loads.get(None) or WorkerLoad()
+        load = self.loads.get(dp_rank)
+        if load is not None:
+            return load
+        ranks = sorted(rank for rank in self.loads if rank is not None)
+        if ranks and dp_rank not in self._unlabelled:
+            self._unlabelled.add(dp_rank)
+            log.warning(
+                "the engine's /metrics names other DP ranks than this worker's; "
+                "check its data_parallel_start_rank",
+                extra={"fields": {"engine": self.name, "dp_rank": dp_rank, "page_ranks": ranks}},
+            )
+        return self.loads.get(None) or WorkerLoad()
 
     async def stop(self) -> None:
         if self._task is not None:

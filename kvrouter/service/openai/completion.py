@@ -72,6 +72,7 @@ class Completion:
         return gen.GenerateRequest(
             request_id=self.id,
             tokens_u32le=array("I", self.prompt).tobytes(),
+            namespace=body.cache_salt or "",
             model=body.model,
             sampling=sampling,
             session_id=self.session,

@@ -20,6 +20,9 @@ DEFAULT_CHAT_MAX_TOKENS = 1024
 # Stop strings are matched on every token's text, on the event loop.
 MAX_STOPS = 16
 MAX_STOP_CHARS = 256
+# vLLM's cache salt becomes the request's hashing namespace, which the
+# router takes up to its max_namespace_chars (by default this many).
+MAX_CACHE_SALT_CHARS = 256
 U32 = 2**32
 
 
@@ -45,6 +48,8 @@ class _Sampling(msgspec.Struct, kw_only=True):
     response_format: dict | None = None
     ignore_eos: bool | None = None
     user: str | None = None
+    # vLLM's: the prompt shares cached blocks only with requests of the same salt.
+    cache_salt: str | None = None
 
     def stop_strings(self) -> list[str]:
         if self.stop is None:
@@ -75,6 +80,9 @@ class _Sampling(msgspec.Struct, kw_only=True):
             raise ValueError(f"stop: at most {MAX_STOPS} strings, not {len(stops)}")
         if any(not s or len(s) > MAX_STOP_CHARS for s in stops):
             raise ValueError(f"stop: each string must have 1 to {MAX_STOP_CHARS} characters")
+        salt = self.cache_salt
+        if salt is not None and not (0 < len(salt) <= MAX_CACHE_SALT_CHARS and salt.isprintable()):
+            raise ValueError(f"cache_salt must be 1 to {MAX_CACHE_SALT_CHARS} printable characters")
 
     @property
     def sampling_top_k(self) -> int:

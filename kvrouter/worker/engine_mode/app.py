@@ -2,8 +2,9 @@
 `POST /v1/completions`, `GET /v1/models`, `GET /health` (503 while the
 worker drains) and `GET /metrics`. Requests run on the worker's engine
 loop as its gRPC Generate calls do; one whose client goes away is aborted,
-which frees its blocks. A request with `kv_transfer_params` is one half
-of a split request (handoff.py)."""
+which frees its blocks. A request with `kv_transfer_params` (vLLM's) or
+`bootstrap_room` (SGLang's) is one half of a split request (handoff.py,
+bootstrap.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -21,6 +23,7 @@ from starlette.routing import Route
 
 from kvrouter.engine import RequestOutput
 from kvrouter.worker.engine_loop import EngineLoop, RequestHandle
+from kvrouter.worker.engine_mode.bootstrap import Rooms, ask_prefill
 from kvrouter.worker.engine_mode.completions import (
     CompletionRequest,
     Responder,
@@ -50,6 +53,7 @@ class EngineApi:
     ) -> None:
         self.engine = engine
         self.handoffs = handoffs
+        self.rooms = Rooms(handoffs)
         self.model_name = model_name
         self.root = root
         self.max_model_len = max_model_len
@@ -64,6 +68,7 @@ class EngineApi:
                 Route("/v1/models", self.models, methods=["GET"]),
                 Route("/health", self.health, methods=["GET"]),
                 Route("/metrics", self.metrics_page, methods=["GET"]),
+                Route("/bootstrap/{room:int}", self.rooms.route, methods=["GET"]),
             ]
         )
 
@@ -101,19 +106,27 @@ class EngineApi:
             return _error(f"The model `{model}` does not exist.", 404)
         responder = Responder.for_request(completion, self.model_name)
         hooks = {}
+        params = completion.params
+        remote = completion.kv_transfer_params if completion.remote_prefill else None
         if completion.remote_decode:
             hooks["on_finish"] = self.handoffs.pin_when_done(responder.id, completion.prompt)
-        elif completion.remote_prefill:
-            unpin = await self.handoffs.fetch(completion.prompt, completion.kv_transfer_params)
+        elif self._bootstrap_side(completion) == "prefill":
+            lease = completion.bootstrap.lease
+            hooks["on_finish"] = self.handoffs.pin_when_done(lease, completion.prompt)
+            params = replace(params, max_tokens=1)
+        elif self._bootstrap_side(completion) == "decode":
+            remote = await ask_prefill(completion.bootstrap, self.handoffs.fetch_timeout_s)
+        if remote is not None:
+            unpin = await self.handoffs.fetch(completion.prompt, remote)
             if unpin is not None:
                 hooks["on_scheduled"] = unpin
         try:
-            handle = await self.engine.add_request(
-                completion.prompt, completion.params, responder.id, **hooks
-            )
+            handle = await self.engine.add_request(completion.prompt, params, responder.id, **hooks)
         except ValueError as e:
             if "on_scheduled" in hooks:
                 self.engine.post(hooks["on_scheduled"])
+            if self._bootstrap_side(completion) == "prefill":
+                self.rooms.finished(completion.bootstrap, False)
             return _error(str(e), 400)
         outputs = self._outputs(handle, responder.id, completion)
         if completion.stream:
@@ -140,6 +153,8 @@ class EngineApi:
         finally:
             if not finished:
                 self.engine.abort(request_id)
+            if self._bootstrap_side(completion) == "prefill":
+                self.rooms.finished(completion.bootstrap, finished)
             self.metrics.finished(len(completion.prompt), generated)
 
     async def _stream(
@@ -198,6 +213,13 @@ class EngineApi:
             return _error(str(e), 500)
         cached = handle.seq.num_cached_tokens
         return JSONResponse(responder.response(tokens, reason, cached, self._handoff(responder)))
+
+    def _bootstrap_side(self, completion: CompletionRequest) -> str | None:
+        """The part of an SGLang split this worker plays in the request: its
+        role's ("prefill" or "decode"); None outside a split or as "both"."""
+        if completion.bootstrap is None or self.handoffs.identity.role == "both":
+            return None
+        return self.handoffs.identity.role
 
     def _handoff(self, responder: Responder) -> dict | None:
         """A finished prefill's kv_transfer_params for its decode worker."""

@@ -2,7 +2,7 @@
 them (vllm/entrypoints/openai/completion/): token-id prompts only, one
 choice, no logprobs; the text of every choice is empty, as this worker
 keeps no tokenizer. `kv_transfer_params` is vLLM's P/D protocol
-(handoff.py)."""
+(handoff.py), the `bootstrap_*` fields SGLang's (bootstrap.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvrouter.engine import SamplingParams
+from kvrouter.worker.engine_mode.bootstrap import Bootstrap
 
 # vLLM's sampling defaults where the model's generation config sets none.
 DEFAULT_MAX_TOKENS = 16
 DEFAULT_TEMPERATURE = 1.0
-# Features this mode does not serve; vLLM would honour them.
-UNSUPPORTED = ("echo", "logprobs", "suffix", "prompt_logprobs")
+# Features this mode does not serve; vLLM would honour them. A cache salt
+# would need blocks kept apart per salt: served unsalted, it would share
+# the cache the salt is there to keep apart.
+UNSUPPORTED = ("echo", "logprobs", "suffix", "prompt_logprobs", "cache_salt")
 
 
 @dataclass
@@ -29,6 +32,8 @@ class CompletionRequest:
     return_token_ids: bool
     # vLLM's P/D protocol: {} when not part of a split request.
     kv_transfer_params: dict
+    # SGLang's: None when not part of a split request.
+    bootstrap: Bootstrap | None = None
 
     @property
     def remote_decode(self) -> bool:
@@ -81,6 +86,7 @@ def parse(body: Any) -> CompletionRequest:
         include_usage=bool(stream_options.get("include_usage")),
         return_token_ids=bool(body.get("return_token_ids")),
         kv_transfer_params=kv_transfer_params,
+        bootstrap=Bootstrap.parse(body),
     )
 
 
