@@ -58,25 +58,30 @@ def chunked(*parts: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
 
 
-async def answer(client: HttpClient, url: str) -> tuple[int, bytes]:
-    response = await client.post(url, b"{}", {"Content-Type": "application/json"})
-    body = await response.read()
-    response.release()
-    return response.status, body
+def exchange(answers, requests: int = 1) -> tuple[list[tuple[int, bytes]], list]:
+    """`requests` POSTs in turn through one client to a server answering
+    `answers`: each one's status and whole body, and the connections made."""
+
+    async def main():
+        server, url, peers = await serve(answers)
+        client = HttpClient()
+        got = []
+        try:
+            for _ in range(requests):
+                response = await client.post(url, b"{}", {"Content-Type": "application/json"})
+                body = await response.read()
+                response.release()
+                got.append((response.status, body))
+        finally:
+            await client.close()
+            server.close()
+        return got, peers
+
+    return asyncio.run(main())
 
 
 def test_requests_in_turn_reuse_one_connection_and_read_chunks_whole():
-    async def main():
-        server, url, peers = await serve(
-            lambda n: chunked(b"data: %d\n\n" % n, b"data: [DONE]\n\n")
-        )
-        client = HttpClient()
-        got = [await answer(client, url) for _ in range(3)]
-        await client.close()
-        server.close()
-        return got, peers
-
-    got, peers = asyncio.run(main())
+    got, peers = exchange(lambda n: chunked(b"data: %d\n\n" % n, b"data: [DONE]\n\n"), 3)
     assert got == [(200, b"data: %d\n\ndata: [DONE]\n\n" % n) for n in range(3)]
     assert len(peers) == 1
 
@@ -84,60 +89,26 @@ def test_requests_in_turn_reuse_one_connection_and_read_chunks_whole():
 def test_a_kept_connection_closed_as_it_is_written_to_is_replaced():
     # The server answers a connection's first request, then closes it on the
     # second without a byte: as a server closing an idle connection does.
-    async def main():
-        server, url, peers = await serve(lambda n: ok(b"fine") if n == 0 else None)
-        client = HttpClient()
-        got = [await answer(client, url) for _ in range(3)]
-        await client.close()
-        server.close()
-        return got, peers
-
-    got, peers = asyncio.run(main())
+    got, peers = exchange(lambda n: ok(b"fine") if n == 0 else None, 3)
     assert got == [(200, b"fine")] * 3
     # Each later request went to the kept connection, which closed, then to a new one.
     assert len(peers) == 3
 
 
 def test_a_body_without_length_or_chunks_ends_with_the_connection():
-    async def main():
-        server, url, _ = await serve(lambda n: b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall")
-        client = HttpClient()
-        got = await answer(client, url)
-        await client.close()
-        server.close()
-        return got
-
-    assert asyncio.run(main()) == (200, b"all")
+    got, _ = exchange(lambda n: b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall")
+    assert got == [(200, b"all")]
 
 
 def test_a_response_cut_short_is_an_os_error():
-    async def main():
-        cut = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nhalf"
-        server, url, _ = await serve(lambda n: cut)
-        client = HttpClient()
-        try:
-            response = await client.post(url, b"{}", {})
-            await response.read()
-        finally:
-            await client.close()
-            server.close()
-
+    cut = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nhalf"
     with pytest.raises(OSError):
-        asyncio.run(main())
+        exchange(lambda n: cut)
 
 
 def test_garbage_is_an_http_client_error():
-    async def main():
-        server, url, _ = await serve(lambda n: b"SMTP ready\r\n\r\n")
-        client = HttpClient()
-        try:
-            await client.post(url, b"{}", {})
-        finally:
-            await client.close()
-            server.close()
-
     with pytest.raises(HttpClientError):
-        asyncio.run(main())
+        exchange(lambda n: b"SMTP ready\r\n\r\n")
 
 
 def test_no_server_is_an_os_error():
