@@ -143,6 +143,20 @@ def complete(client, prompt, max_tokens: int) -> str:
     return answer.choices[0].text
 
 
+def greedy_on(engine, prompt: list[int], split_fields: dict) -> list[int]:
+    """8 greedy tokens of `prompt`, asked of `engine` itself with a split
+    protocol's fields, as the router would send them."""
+    with openai.OpenAI(base_url=f"{engine.url}/v1", api_key="unused") as direct:
+        answer = direct.completions.create(
+            model=MODEL,
+            prompt=prompt,
+            max_tokens=8,
+            temperature=0,
+            extra_body={**split_fields, "ignore_eos": True, "return_token_ids": True},
+        )
+    return answer.choices[0].model_extra["token_ids"]
+
+
 def test_a_split_request_decodes_from_the_prefill_engines_blocks(client, prefill, decode, expected):
     generated = counter(prefill, "vllm:generation_tokens")
     fetched = len(decode.logged("hand-off fetched"))
@@ -219,19 +233,7 @@ def test_a_hand_off_whose_lease_is_gone_is_prefilled_on_the_decode_engine(
             wpb.ReleaseRequest(request_id=params["remote_request_id"]), timeout=5
         )
     failed = len(decode.logged("could not fetch the hand-off; prefilling the rest"))
-    with openai.OpenAI(base_url=f"{decode.url}/v1", api_key="unused") as engine:
-        answer = engine.completions.create(
-            model=MODEL,
-            prompt=prompt,
-            max_tokens=8,
-            temperature=0,
-            extra_body={
-                "kv_transfer_params": params,
-                "ignore_eos": True,
-                "return_token_ids": True,
-            },
-        )
-    assert answer.choices[0].model_extra["token_ids"] == reference(prompt, 8)
+    assert greedy_on(decode, prompt, {"kv_transfer_params": params}) == reference(prompt, 8)
     assert len(decode.logged("could not fetch the hand-off; prefilling the rest")) == failed + 1
 
 
@@ -243,23 +245,10 @@ def test_a_room_the_prefill_engine_never_prefilled_is_prefilled_on_the_decode_en
     prompt = [t + 6 for t in PROMPT]
     host, port = prefill.url.removeprefix("http://").rsplit(":", 1)
     unused = len(decode.logged("no hand-off from the prefill engine's bootstrap; prefilling"))
-    with openai.OpenAI(base_url=f"{decode.url}/v1", api_key="unused") as engine:
-        answer = engine.completions.create(
-            model=MODEL,
-            prompt=prompt,
-            max_tokens=8,
-            temperature=0,
-            # P's bootstrap answers 404 for a room it never saw, after its
-            # wait (its --fetch-timeout-s).
-            extra_body={
-                "bootstrap_host": host,
-                "bootstrap_port": int(port),
-                "bootstrap_room": 12345,
-                "ignore_eos": True,
-                "return_token_ids": True,
-            },
-        )
-    assert answer.choices[0].model_extra["token_ids"] == reference(prompt, 8)
+    # P's bootstrap answers 404 for a room it never saw, after its wait (its
+    # --fetch-timeout-s).
+    room = {"bootstrap_host": host, "bootstrap_port": int(port), "bootstrap_room": 12345}
+    assert greedy_on(decode, prompt, room) == reference(prompt, 8)
     logged = decode.logged("no hand-off from the prefill engine's bootstrap; prefilling")
     assert len(logged) == unused + 1
 
