@@ -18,9 +18,10 @@ scheduled times. A find's latency runs from its scheduled time to its return, so
 driver that falls behind is counted. A rate is sustained when the last op completes
 within SLACK of the window's end (events included: Dynamo's clock stops once a final
 event of its own is visible). The sweep starts at `--start-rate` and doubles while the
-rate is sustained with find p99 within `--p99-ms`, or halves until it is.
+rate is kept up, or halves until it is; the report gives the highest rate kept up with
+the find p99 within each target, from the scheduled time and of the call alone.
 
-    PYTHONPATH=. /work/dynamo-venv-sim/bin/python bench/index_scale_bench.py  # ~6 minutes
+    .venv/bin/python bench/index_scale_bench.py  # ~7 minutes
     ... --workers 1000 10000 --ids seq      # a subset
     ... --quick                              # 1,000 and 10,000 workers, one copy of the trace
 """
@@ -298,27 +299,22 @@ def measure(system, load: Load, rate: float, workers: int, check) -> Replay:
 
 
 def sweep(system, load: Load, args, workers: int, check) -> dict:
-    """From the start rate, doubling while sustained within the p99 target (one more
-    try after the first miss, for noise), or halving until it is (or the window would
-    pass MAX_WINDOW_S)."""
-    runs = []
-
-    def good(run: Replay) -> bool:
-        return run.sustained and run.find_p99_us <= args.p99_ms * 1e3
-
+    """From the start rate, doubling while the system keeps up (one more try after the
+    first miss, for noise), or halving until it does (or the window would pass
+    MAX_WINDOW_S). The p99 targets are read off the runs afterwards."""
     rate = args.start_rate
-    runs.append(measure(system, load, rate, workers, check))
-    if good(runs[-1]):
+    runs = [measure(system, load, rate, workers, check)]
+    if runs[-1].sustained:
         misses = 0
         while misses < 2 and rate * 2 <= args.max_rate:
             rate *= 2
             runs.append(measure(system, load, rate, workers, check))
-            misses = 0 if good(runs[-1]) else misses + 1
+            misses = 0 if runs[-1].sustained else misses + 1
     else:
         while load.ops / (rate / 2) <= MAX_WINDOW_S:
             rate /= 2
             runs.append(measure(system, load, rate, workers, check))
-            if good(runs[-1]):
+            if runs[-1].sustained:
                 break
     runs.sort(key=lambda r: r.offered_ops_s)
     return {
@@ -327,8 +323,8 @@ def sweep(system, load: Load, args, workers: int, check) -> dict:
     }
 
 
-def best_under(runs: list[dict], p99_ms: float) -> float:
-    ok = [r["achieved_ops_s"] for r in runs if r["sustained"] and r["find_p99_us"] <= p99_ms * 1e3]
+def best_under(runs: list[dict], p99_ms: float, key: str) -> float:
+    ok = [r["achieved_ops_s"] for r in runs if r["sustained"] and r[key] <= p99_ms * 1e3]
     return max(ok, default=0.0)
 
 
@@ -354,7 +350,6 @@ def bench(args) -> dict:
         "unique_blocks_stored": workload.blocks_stored,
         "unique_blocks_removed": workload.blocks_removed,
         "build_s": time.perf_counter() - started,
-        "p99_target_ms": args.p99_ms,
         "sizes": [],
     }
     systems = [Kvrouter(workload, mode) for mode in args.ids]
@@ -389,7 +384,10 @@ def bench(args) -> dict:
             size["requests_replayed"] = len(load.finds) // copies
             result = sweep(system, load, args, workers, check)
             result["ops_s_at_p99"] = {
-                f"{ms:g}ms": best_under(result["runs"], ms) for ms in P99_TARGETS_MS
+                f"{ms:g}ms": best_under(result["runs"], ms, "find_p99_us") for ms in P99_TARGETS_MS
+            }
+            result["ops_s_at_call_p99"] = {
+                f"{ms:g}ms": best_under(result["runs"], ms, "call_p99_us") for ms in P99_TARGETS_MS
             }
             size["systems"][system.name] = result
             del load
@@ -468,10 +466,12 @@ def report(results: dict) -> str:
                 rows.append(
                     [f"{size['workers']:,}", f"{size['ops']:,}", name]
                     + [f"{v:,.0f}" for v in system["ops_s_at_p99"].values()]
+                    + [f"{v:,.0f}" for v in system["ops_s_at_call_p99"].values()]
                 )
+    targets = [f"{ms:g} ms" for ms in P99_TARGETS_MS]
     parts.append(
-        "Highest sustained ops/s with find p99 within\n"
-        + table(["workers", "ops", "system"] + [f"{ms:g} ms" for ms in P99_TARGETS_MS], rows)
+        "Highest rate kept up with find p99 (from the scheduled time, then of the call) within\n"
+        + table(["workers", "ops", "system"] + targets + [f"call {t}" for t in targets], rows)
     )
     return "\n\n".join(parts)
 
@@ -504,7 +504,6 @@ def main() -> None:
         "--max-ops", type=int, default=1_000_000, help="replay at most the stream's first N ops"
     )
     parser.add_argument("--ids", nargs="+", default=["seq", "opaque"], choices=["seq", "opaque"])
-    parser.add_argument("--p99-ms", type=float, default=TARGET_P99_MS)
     parser.add_argument("--dynamo-max-workers", type=int, default=10_000)
     parser.add_argument("--dynamo-memory-gib", type=float, default=4.0)
     parser.add_argument(

@@ -6,8 +6,9 @@ kvrouter with opaque engine ids (what vLLM and SGLang send), and to Dynamo's
 RadixTree (JSON KvCacheEvent bytes, opaque ids). Each chunk ends with one
 fresh-block event of its own, so that Dynamo's background applier can be timed
 per chunk: the clock stops once that block is visible. On the final state of the
-largest run it times find_matches for short, medium and long prompts of the
-trace, and find throughput while another thread applies events.
+largest run Dynamo also ran (it is skipped where its tree would not fit) it times
+find_matches for short, medium and long prompts of the trace, and find throughput
+while another thread applies events.
 """
 
 from __future__ import annotations
