@@ -6,16 +6,21 @@ kvrouter with opaque engine ids (what vLLM and SGLang send), and to Dynamo's
 RadixTree (JSON KvCacheEvent bytes, opaque ids). Each chunk ends with one
 fresh-block event of its own, so that Dynamo's background applier can be timed
 per chunk: the clock stops once that block is visible. On the final state of the
-largest run it times find_matches for short, medium and long prompts of the
-trace, and find throughput while another thread applies events.
+largest run Dynamo also ran (it is skipped where its tree would not fit) it times
+find_matches for short, medium and long prompts of the trace, and find throughput
+while another thread applies events.
 """
 
 from __future__ import annotations
 
 import array
+import ctypes
+import os
 import statistics
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,8 +51,11 @@ class TraceScale:
 FULL_SCALES = (
     TraceScale("100k", 32, 4_096, 1),
     TraceScale("1M", 32, 32_768, 2),
-    TraceScale("2M", 32, 65_536, 4),
+    TraceScale("10M", 32, 327_680, 8),
 )
+# Dynamo runs at a scale only if its tree, estimated from the bytes per block it took
+# at the scale before, fits in this much (the machine is shared).
+DYNAMO_MEMORY_GIB = 6.0
 QUICK_SCALES = (TraceScale("100k", 32, 4_096, 1),)
 
 
@@ -86,49 +94,51 @@ def seq_of(blocks: trace_workload.TraceBlocks, numbers: np.ndarray) -> np.ndarra
     return blocks.seq(numbers)
 
 
-def kvrouter_chunks(blocks, chunks, mode: str) -> list[list[tuple]]:
-    out = []
-    for chunk in chunks:
-        batches = []
-        for e in chunk:
-            ids = ids_of(blocks, mode, e.blocks)
-            if e.stored:
-                parent = (
-                    int(ids_of(blocks, mode, np.array([e.parent]))[0]) if e.parent >= 0 else None
-                )
-                event = Stored(
-                    ids, local_hashes=blocks.local(e.blocks.astype(np.uint64)), parent=parent
-                )
-            else:
-                event = Removed(ids)
-            batches.append((e.worker, e.seq, [event]))
-        out.append(batches)
-    return out
+def kvrouter_event(blocks: trace_workload.TraceBlocks, e: trace_workload.TraceEvent, mode: str):
+    """The event as kvrouter takes it, engine ids in `mode` ("seq" or "opaque")."""
+    ids = ids_of(blocks, mode, e.blocks)
+    if not e.stored:
+        return Removed(ids)
+    parent = int(ids_of(blocks, mode, np.array([e.parent]))[0]) if e.parent >= 0 else None
+    return Stored(ids, local_hashes=blocks.local(e.blocks.astype(np.uint64)), parent=parent)
 
 
-def dynamo_chunks(blocks, chunks) -> list[list[tuple[int, bytes]]]:
-    out = []
+def kvrouter_chunks(blocks, chunks, mode: str) -> Iterator[list[tuple]]:
+    """Built a chunk at a time, between timed calls, so that a big stream's events never
+    all exist at once."""
     for chunk in chunks:
-        inputs = []
-        for e in chunk:
-            ids = blocks.opaque(e.blocks.astype(np.uint64)).tolist()
-            if not e.stored:
-                data = f'{{"removed":{{"block_hashes":[{",".join(map(str, ids))}]}}}}'
-            else:
-                parent = (
-                    str(int(blocks.opaque(np.array([e.parent], dtype=np.uint64))[0]))
-                    if e.parent >= 0
-                    else "null"
-                )
-                local = blocks.local(e.blocks.astype(np.uint64)).tolist()
-                body = ",".join(
-                    f'{{"block_hash":{b},"tokens_hash":{t}}}'
-                    for b, t in zip(ids, local, strict=True)
-                )
-                data = f'{{"stored":{{"parent_hash":{parent},"blocks":[{body}]}}}}'
-            inputs.append((e.worker, f'{{"event_id":{e.seq},"data":{data}}}'.encode()))
-        out.append(inputs)
-    return out
+        yield [(e.worker, e.seq, [kvrouter_event(blocks, e, mode)]) for e in chunk]
+
+
+def dynamo_payload(blocks: trace_workload.TraceBlocks, e: trace_workload.TraceEvent) -> bytes:
+    """The event as Dynamo's RadixTree takes it: KvCacheEvent JSON with opaque ids."""
+    ids = blocks.opaque(e.blocks.astype(np.uint64)).tolist()
+    if not e.stored:
+        data = f'{{"removed":{{"block_hashes":[{",".join(map(str, ids))}]}}}}'
+    else:
+        parent = (
+            str(int(blocks.opaque(np.array([e.parent], dtype=np.uint64))[0]))
+            if e.parent >= 0
+            else "null"
+        )
+        local = blocks.local(e.blocks.astype(np.uint64)).tolist()
+        body = ",".join(
+            f'{{"block_hash":{b},"tokens_hash":{t}}}' for b, t in zip(ids, local, strict=True)
+        )
+        data = f'{{"stored":{{"parent_hash":{parent},"blocks":[{body}]}}}}'
+    return f'{{"event_id":{e.seq},"data":{data}}}'.encode()
+
+
+def dynamo_chunks(blocks, chunks) -> Iterator[list[tuple[int, bytes]]]:
+    for chunk in chunks:
+        yield [(e.worker, dynamo_payload(blocks, e)) for e in chunk]
+
+
+def rss_bytes() -> int:
+    """Resident memory after returning freed heap to the OS."""
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def chunk_blocks(chunks) -> list[int]:
@@ -220,7 +230,7 @@ def same_state(index: PrefixIndex, tree, blocks, mode: str, probes) -> None:
             raise SystemExit(f"trace {mode}: indexes disagree on a probe: {ours} vs {theirs}")
 
 
-def bench_scale(rows, scale: TraceScale, seed: int) -> tuple[dict, tuple]:
+def bench_scale(rows, scale: TraceScale, seed: int, dynamo_bytes_per_block: float | None):
     workload = trace_workload.build(
         rows, workers=scale.workers, capacity=scale.capacity, tile=scale.tile, seed=seed
     )
@@ -244,17 +254,27 @@ def bench_scale(rows, scale: TraceScale, seed: int) -> tuple[dict, tuple]:
     ]
     indexes = {}
     for mode in ("seq", "opaque"):
-        batches = kvrouter_chunks(workload.blocks, chunks, mode)
-        index, clocks, sizes = run_kvrouter(batches)
-        del batches
+        index, clocks, sizes = run_kvrouter(kvrouter_chunks(workload.blocks, chunks, mode))
         indexes[mode] = index
         results["systems"][f"kvrouter/{mode}"] = {
             **measured(clocks, blocks, sizes),
             "index_blocks": sizes[-1],
         }
-    inputs = dynamo_chunks(workload.blocks, chunks)
-    tree, clocks = run_dynamo(workload.blocks, inputs, chunks)
-    del inputs
+    if dynamo_bytes_per_block is not None:
+        need = dynamo_bytes_per_block * sizes[-1]
+        if need > DYNAMO_MEMORY_GIB * 2**30:
+            reason = (
+                f"its tree would take about {need / 2**30:.1f} GiB "
+                f"({dynamo_bytes_per_block:.0f} bytes per block at the scale before), "
+                f"over the {DYNAMO_MEMORY_GIB:g} GiB this bench allows it"
+            )
+            print(f"trace {scale.name}: Dynamo skipped: {reason}", file=sys.stderr)
+            results["systems"]["dynamo"] = {"skipped": reason}
+            return results, None
+    before = rss_bytes()
+    tree, clocks = run_dynamo(workload.blocks, dynamo_chunks(workload.blocks, chunks), chunks)
+    results["dynamo_rss_growth_bytes"] = rss_bytes() - before
+    results["dynamo_bytes_per_block"] = results["dynamo_rss_growth_bytes"] / sizes[-1]
     results["systems"]["dynamo"] = measured(clocks, blocks, sizes)
     for mode, index in indexes.items():
         same_state(index, tree, workload.blocks, mode, probes)
@@ -355,7 +375,7 @@ def bench_concurrency(workload, index: PrefixIndex, seed: int, seconds: float) -
         for i in rng.integers(0, len(picks), 64)
     ]
     alone = {threads: finds_per_s(index, queries, threads, seconds) for threads in (1, 2)}
-    batches = kvrouter_chunks(workload.blocks, chunked(workload), "seq")
+    batches = list(kvrouter_chunks(workload.blocks, chunked(workload), "seq"))
     target = PrefixIndex(BLOCK_SIZE)
     start = time.perf_counter()
     for chunk in batches:
@@ -388,11 +408,15 @@ def bench_trace(path: Path, quick: bool, seed: int) -> dict:
     rows = trace_workload.read_trace(path)
     scales = QUICK_SCALES if quick else FULL_SCALES
     out: dict = {"trace": str(path), "trace_requests": len(rows), "scales": []}
-    last = None
+    compared, bytes_per_block = None, None
     for scale in scales:
-        result, last = bench_scale(rows, scale, seed)
+        result, state = bench_scale(rows, scale, seed, bytes_per_block)
         out["scales"].append(result)
-    workload, index, tree = last
+        if state is not None:
+            compared, bytes_per_block = state, result["dynamo_bytes_per_block"]
+            out["finds_on"] = scale.name
+        del state
+    workload, index, tree = compared
     out["find_matches"] = bench_finds(workload, index, tree, 0.3 if quick else 1.5, seed)
     out["concurrency"] = bench_concurrency(workload, index, seed, 0.5 if quick else 2.0)
     return out
@@ -403,6 +427,9 @@ def report(results: dict, table, fmt) -> str:
     rows = []
     for s in results["scales"]:
         for name, system in s["systems"].items():
+            if "skipped" in system:
+                rows.append([s["scale"], "", name, "skipped: " + system["skipped"]] + [""] * 9)
+                continue
             for clock in ("cpu", "wall"):
                 sy = system[clock]
                 c = sy["chunks"]
@@ -465,7 +492,7 @@ def report(results: dict, table, fmt) -> str:
         for r in results["find_matches"]
     ]
     parts.append(
-        "Trace find_matches on the largest run's final index, us\n"
+        f"Trace find_matches on the {results['finds_on']} run's final index, us\n"
         + table(
             [
                 "prompt",

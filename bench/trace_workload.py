@@ -36,6 +36,8 @@ class TraceEvent:
     # Block numbers (see TraceBlocks), in the event's order.
     blocks: np.ndarray
     parent: int = -1
+    # The trace time of the request that caused it.
+    timestamp_ms: int = 0
 
 
 @dataclass
@@ -68,15 +70,28 @@ class TraceBlocks:
         return self.local(blocks + np.uint64(1 << 40))
 
     def register(self, units: list[int]) -> None:
+        """Chains each run of units not seen before in one call, from the unit before it."""
         parent = None
-        for unit in units:
-            known = self._seq.get(unit)
-            if known is None:
-                first = unit * self.unit_blocks
-                local = self.local(np.arange(first, first + self.unit_blocks, dtype=np.uint64))
-                known = kvrouter.chain_hashes(local, parent)
-                self._seq[unit] = known
-            parent = known[-1]
+        i = 0
+        while i < len(units):
+            known = self._seq.get(units[i])
+            if known is not None:
+                parent = known[-1]
+                i += 1
+                continue
+            end = i
+            while (
+                end < len(units) and units[end] not in self._seq and units[end] not in units[i:end]
+            ):
+                end += 1
+            run = units[i:end]
+            first = np.array(run, dtype=np.uint64)[:, None] * np.uint64(self.unit_blocks)
+            numbers = (first + np.arange(self.unit_blocks, dtype=np.uint64)).ravel()
+            chained = kvrouter.chain_hashes(self.local(numbers), parent)
+            for k, unit in enumerate(run):
+                self._seq[unit] = chained[k * self.unit_blocks : (k + 1) * self.unit_blocks]
+            parent = chained[-1]
+            i = end
 
     def seq(self, blocks: np.ndarray) -> np.ndarray:
         units, positions = np.divmod(blocks, self.unit_blocks)
@@ -129,6 +144,8 @@ def build(
     blocks = TraceBlocks(unit_blocks, seed)
     rng = np.random.default_rng(seed)
     caches: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(workers)]
+    # Which workers cache each unit, so that routing does not visit every cache.
+    holders: dict[int, set[int]] = {}
     next_seq = [0] * workers
     events: list[TraceEvent] = []
     requests: list[TraceRequest] = []
@@ -141,34 +158,47 @@ def build(
             if not units:
                 continue
             blocks.register(units)
-            cached = [_cached_units(cache, units) for cache in caches]
-            best = max(cached)
+            best, tied = _longest_cached(holders, units)
             if best == 0 or rng.random() < spill:
                 worker = turn % workers
                 turn += 1
+                have = _cached_units(caches[worker], units)
             else:
-                worker = cached.index(best)
-            have = cached[worker]
+                worker, have = min(tied), best
             cache = caches[worker]
             for unit in reversed(units):
+                if unit not in cache:
+                    holders.setdefault(unit, set()).add(worker)
                 cache[unit] = None
                 cache.move_to_end(unit)
             path = _unit_blocks(units, unit_blocks)
-            requests.append(TraceRequest(row["timestamp"] + offset_ms, path))
+            now_ms = row["timestamp"] + offset_ms
+            requests.append(TraceRequest(now_ms, path))
             if have < len(units):
                 parent = int(path[have * unit_blocks - 1]) if have else -1
-                events.append(
-                    TraceEvent(worker, next_seq[worker], True, path[have * unit_blocks :], parent)
-                )
+                stored = path[have * unit_blocks :]
+                events.append(TraceEvent(worker, next_seq[worker], True, stored, parent, now_ms))
                 next_seq[worker] += 1
             evicted = []
             while len(cache) > capacity_units:
                 evicted.append(cache.popitem(last=False)[0])
+                holders[evicted[-1]].discard(worker)
             if evicted:
                 gone = _unit_blocks(evicted, unit_blocks)
-                events.append(TraceEvent(worker, next_seq[worker], False, gone))
+                events.append(TraceEvent(worker, next_seq[worker], False, gone, -1, now_ms))
                 next_seq[worker] += 1
     return TraceWorkload(blocks, events, requests, workers, capacity)
+
+
+def _longest_cached(holders: dict[int, set[int]], units: list[int]) -> tuple[int, set[int]]:
+    """The most leading units any worker caches, and the workers that cache that many."""
+    best, tied = 0, set()
+    for unit in units:
+        level = holders.get(unit, set()) if best == 0 else tied & holders.get(unit, set())
+        if not level:
+            break
+        best, tied = best + 1, level
+    return best, tied
 
 
 def _cached_units(cache: OrderedDict[int, None], units: list[int]) -> int:
