@@ -251,3 +251,58 @@ fn one_request_at_a_time_takes_tied_workers_in_turn() {
     }
     assert_eq!(counts, [10, 10, 10, 10]);
 }
+
+/// Two workers: 0 holds 190 of the request's 200 blocks and runs 30
+/// streams, 1 is idle and holds nothing. Requests have been staying 2 s and
+/// a decode step takes 10 ms.
+fn hot_prompt_on_a_busy_worker() -> (Policy, Decision) {
+    let mut p = policy(&[(0, Role::Both), (1, Role::Both)]);
+    for i in 0..100 {
+        p.observe(Timing::DecodeStep {
+            active_blocks: 6_000.0,
+            ms: 10.0,
+        });
+        p.route(&format!("done{i}"), request(20), &[], 0).unwrap();
+    }
+    p.report_load(WorkerId(1), Load::default(), 2_000).unwrap();
+    for i in 0..100 {
+        assert!(p.pool.release(&format!("done{i}")));
+    }
+    let busy = Load {
+        active_decode_blocks: 6_000,
+        active_requests: 30,
+        ..Load::default()
+    };
+    p.report_load(WorkerId(0), busy, 2_000).unwrap();
+    let d = p.route("hot", request(200), &[cached(0, 190)], 2_000).unwrap();
+    (p, d)
+}
+
+#[test]
+fn a_hot_prompt_does_not_pile_onto_a_busy_worker() {
+    // Alone, the request reaches its first token far sooner on worker 0,
+    // but 30 streams there would wait for its prefill and read its KV at
+    // every step they share; on the idle worker nobody waits.
+    let (_, d) = hot_prompt_on_a_busy_worker();
+    assert_eq!(d.decode_worker, WorkerId(1));
+    let [busy, idle] = [&d.decode_candidates[0], &d.decode_candidates[1]];
+    assert!(busy.cost.ttft_ms() < idle.cost.ttft_ms());
+    assert!(busy.cost.stall_ms > 0.0 && busy.cost.slowdown_ms > 0.0);
+    assert_eq!((idle.cost.stall_ms, idle.cost.slowdown_ms), (0.0, 0.0));
+    // The predicted TTFT is the request's own, not the whole cost.
+    assert!((d.predicted_ttft_ms - idle.cost.ttft_ms()).abs() < 1e-9);
+}
+
+#[test]
+fn decode_terms_are_zero_until_stays_and_steps_are_measured() {
+    let mut p = policy(&[(0, Role::Both), (1, Role::Both)]);
+    let busy = Load {
+        active_decode_blocks: 6_000,
+        active_requests: 30,
+        ..Load::default()
+    };
+    p.report_load(WorkerId(0), busy, 0).unwrap();
+    let d = p.route("hot", request(200), &[cached(0, 190)], 0).unwrap();
+    assert!(d.decode_candidates.iter().all(|c| c.cost.slowdown_ms == 0.0));
+    assert!(d.decode_candidates[0].cost.stall_ms > 0.0);
+}
