@@ -68,8 +68,8 @@ impl CostPolicy {
             let in_flight = out.iter().map(|c| c.active_requests).sum();
             let per_worker = pool.lifetime.arrivals_per_ms(in_flight) / out.len().max(1) as f64;
             for c in out.iter_mut() {
-                let behind =
-                    c.cost.queue_ms / typical.max(f64::MIN_POSITIVE) + per_worker * c.cost.ttft_ms();
+                let behind = c.cost.queue_ms / typical.max(f64::MIN_POSITIVE)
+                    + per_worker * c.cost.ttft_ms();
                 c.cost.congestion_ms =
                     self.config.congestion_weight * (c.cost.work_ms() - least) * behind;
             }
@@ -82,12 +82,10 @@ impl CostPolicy {
                 .shared_steps(out.iter().map(|c| c.active_requests).sum());
             for c in out.iter_mut() {
                 let load = pool.load(c.worker);
-                (c.cost.stall_ms, c.cost.slowdown_ms) = self.config.coefficients.decode_impact(
-                    request,
-                    &load,
-                    c.cost.work_ms(),
-                    steps,
-                );
+                (c.cost.stall_ms, c.cost.slowdown_ms) =
+                    self.config
+                        .coefficients
+                        .decode_impact(request, &load, c.cost.work_ms(), steps);
             }
         }
         self.config.selector.mark_overloaded(&mut out);

@@ -274,7 +274,9 @@ fn hot_prompt_on_a_busy_worker() -> (Policy, Decision) {
         ..Load::default()
     };
     p.report_load(WorkerId(0), busy, 2_000).unwrap();
-    let d = p.route("hot", request(200), &[cached(0, 190)], 2_000).unwrap();
+    let d = p
+        .route("hot", request(200), &[cached(0, 190)], 2_000)
+        .unwrap();
     (p, d)
 }
 
@@ -303,6 +305,9 @@ fn decode_terms_are_zero_until_stays_and_steps_are_measured() {
     };
     p.report_load(WorkerId(0), busy, 0).unwrap();
     let d = p.route("hot", request(200), &[cached(0, 190)], 0).unwrap();
-    assert!(d.decode_candidates.iter().all(|c| c.cost.slowdown_ms == 0.0));
+    assert!(d
+        .decode_candidates
+        .iter()
+        .all(|c| c.cost.slowdown_ms == 0.0));
     assert!(d.decode_candidates[0].cost.stall_ms > 0.0);
 }
