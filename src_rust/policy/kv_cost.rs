@@ -250,7 +250,7 @@ fn explain(how: Pick, candidates: &[Candidate], winner: usize) -> String {
     let skipped = candidates.iter().filter(|c| c.overloaded).count();
     let base = match how {
         Pick::Cheapest => format!(
-            "worker {} has the lowest predicted TTFT ({:.1} ms, {} blocks cached)",
+            "worker {} has the lowest cost ({:.1} ms, {} blocks cached)",
             c.worker.0,
             c.cost.total(),
             c.overlap.total()
@@ -272,9 +272,17 @@ fn explain(how: Pick, candidates: &[Candidate], winner: usize) -> String {
             c.cost.total()
         ),
     };
+    let k = &c.cost;
+    let terms = format!(
+        "{base}; cost: TTFT {:.1} + queued behind {:.1} + streams stalled {:.1} + slowdown {:.1}",
+        k.ttft_ms(),
+        k.congestion_ms,
+        k.stall_ms,
+        k.slowdown_ms
+    );
     if skipped > 0 {
-        format!("{base}; skipped {skipped} overloaded")
+        format!("{terms}; skipped {skipped} overloaded")
     } else {
-        base
+        terms
     }
 }

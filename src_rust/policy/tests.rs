@@ -299,8 +299,17 @@ fn a_hot_prompt_does_not_pile_onto_a_busy_worker() {
     assert!(busy.cost.ttft_ms() < idle.cost.ttft_ms());
     assert!(busy.cost.stall_ms > 0.0 && busy.cost.slowdown_ms > 0.0);
     assert_eq!((idle.cost.stall_ms, idle.cost.slowdown_ms), (0.0, 0.0));
-    // The predicted TTFT is the request's own, not the whole cost.
+    // The predicted TTFT is the request's own, not the whole cost; the
+    // explanation gives each term.
     assert!((d.predicted_ttft_ms - idle.cost.ttft_ms()).abs() < 1e-9);
+    for term in [
+        "TTFT",
+        "queued behind",
+        "streams stalled",
+        "decode slowdown",
+    ] {
+        assert!(d.reason.contains(term), "{}", d.reason);
+    }
 }
 
 #[test]
