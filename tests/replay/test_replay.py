@@ -56,8 +56,8 @@ def test_hot_shared_documents_do_not_pile_onto_their_owners():
         seed=1,
     )
     cfg = ReplayConfig(num_workers=8, capacity_blocks=4096)
-    for settings in (PolicyConfig(), PolicyConfig(overload_factor=0)):
-        result = replay(hot, "kvrouter", replace(cfg, policy_config=settings))
+    for config in (PolicyConfig(), PolicyConfig(overload_factor=0)):
+        result = replay(hot, "kvrouter", replace(cfg, policy_config=config))
         assert result["imbalance"]["busy_time"] < 2.0
 
 
