@@ -13,7 +13,12 @@ runs only the two round robins and writes bench/results/calibration.json.
 Wall time: a 3x tiled trace (about 12k requests) replayed by both routers.
 
     .venv/bin/python bench/compare_dynamo.py [--trace PATH] [--workers 4,8,16] [--speeds 1,2]
-        [--calibration]
+        [--calibration] [--no-wall]
+
+The verdict table marks each row pass or fail against Dynamo's KV router on
+reuse (at least Dynamo's), mean TTFT (0.8x where the floor is at most 0.7x,
+else half of the way down to the floor), p99 TTFT, mean ITL and mean
+end-to-end latency (at most 1.0x).
 """
 
 from __future__ import annotations
@@ -110,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speeds", default="1,2")
     parser.add_argument("--output", type=Path)
     parser.add_argument("--calibration", action="store_true", help="only the two round robins")
+    parser.add_argument("--no-wall", action="store_true", help="skip the 12k-request wall check")
     args = parser.parse_args(argv)
     if args.calibration:
         return calibration(args)
@@ -126,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             row["pooled_lru_alone"] = reference(trace, workers, pooled_lru_reference)
             rows.append(row)
             print_row(row)
-    wall = wall_check(args.trace)
+    wall = None if args.no_wall else wall_check(args.trace)
     report = {"rows": rows, "wall_12k": wall, "targets": targets(rows)}
     output = args.output or RESULTS
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -184,27 +190,74 @@ def targets(rows: list[dict]) -> dict:
         key = f"{row['workers']}w@{row['speed']:g}x"
         rr, orr = row["dynamo_round_robin"], row["ours_round_robin"]
         kv, mine, lowest = row["dynamo_kv_router"], row["ours_kvrouter"], row["any_router_floor"]
-        out[key] = {
+        t = {
             "calibrated": calibrated(rr, orr),
             "reuse_at_least_dynamo": mine["reuse"] >= kv["reuse"],
             "ttft_mean_ratio": mine["ttft_mean"] / kv["ttft_mean"],
             "ttft_p99_ratio": mine["ttft_p99"] / kv["ttft_p99"],
+            "itl_mean_ratio": mine["itl_mean"] / kv["itl_mean"],
+            "e2e_mean_ratio": mine["e2e_mean"] / kv["e2e_mean"],
             # What the best possible router would score: 0.8 is out of reach
             # where these exceed it.
             "floor_ttft_mean_ratio": lowest["ttft_mean"] / kv["ttft_mean"],
             "floor_ttft_p99_ratio": lowest["ttft_p99"] / kv["ttft_p99"],
         }
+        t["verdict"] = verdict(t)
+        out[key] = t
     return out
+
+
+def ttft_mean_goal(floor_ratio: float) -> float:
+    """0.8x where the floor is at most 0.7x, else half of the way from
+    Dynamo's figure down to the floor."""
+    return 0.8 if floor_ratio <= 0.7 else (1 + floor_ratio) / 2
+
+
+def verdict(t: dict) -> dict:
+    """Pass or fail per target, against Dynamo's KV router in the same run."""
+    return {
+        "reuse": t["reuse_at_least_dynamo"],
+        "ttft_mean": t["ttft_mean_ratio"] <= ttft_mean_goal(t["floor_ttft_mean_ratio"]),
+        "ttft_p99": t["ttft_p99_ratio"] <= 1.0,
+        "itl_mean": t["itl_mean_ratio"] <= 1.0,
+        "e2e_mean": t["e2e_mean_ratio"] <= 1.0,
+    }
+
+
+VERDICT_HEADER = (
+    f"{'reuse D/ours':>14} {'TTFT x (goal)':>14} {'p99 x':>6} {'ITL x':>6} {'e2e x':>6}"
+    f"  reuse ttft  p99   itl   e2e"
+)
+
+
+def verdict_line(row: dict, t: dict) -> str:
+    kv, mine = row["dynamo_kv_router"], row["ours_kvrouter"]
+    marks = "  ".join(f"{'pass' if ok else 'FAIL':<4}" for ok in t["verdict"].values())
+    goal = ttft_mean_goal(t["floor_ttft_mean_ratio"])
+    return (
+        f"{kv['reuse']:>6.1%}/{mine['reuse']:.1%} {t['ttft_mean_ratio']:>6.2f} ({goal:.2f})"
+        f" {t['ttft_p99_ratio']:>7.2f} {t['itl_mean_ratio']:>6.2f} {t['e2e_mean_ratio']:>6.2f}"
+        f"  {marks}"
+    )
+
+
+def print_verdicts(report: dict, label: str = "") -> None:
+    """One line per row: ours against Dynamo's KV router, pass or fail."""
+    for row in report["rows"]:
+        key = f"{row['workers']}w@{row['speed']:g}x"
+        print(f"{label}{key:<9} {verdict_line(row, report['targets'][key])}")
 
 
 def print_row(row: dict) -> None:
     print(f"\n{row['workers']} workers, {row['speed']:g}x arrival speed")
-    print(f"  {'router':<22} {'reuse':>7} {'TTFT mean':>10} {'TTFT p99':>9} {'wall s':>7}")
+    print(f"  {'router':<22} {'reuse':>7} {'TTFT mean':>10} {'TTFT p99':>9} {'ITL mean':>9} "
+          f"{'e2e mean':>9} {'wall s':>7}")  # fmt: skip
     for name in ("dynamo_round_robin", "dynamo_kv_router", "ours_round_robin", "ours_dynamo",
                  "ours_kvrouter", "pooled_lru_alone", "any_router_floor"):  # fmt: skip
         r = row[name]
+        itl, e2e = r.get("itl_mean", float("nan")), r.get("e2e_mean", float("nan"))
         print(f"  {name:<22} {r['reuse']:>7.1%} {r['ttft_mean']:>10.1f} {r['ttft_p99']:>9.1f} "
-              f"{r['wall_s']:>7.2f}")  # fmt: skip
+              f"{itl:>9.2f} {e2e:>9.1f} {r['wall_s']:>7.2f}")  # fmt: skip
 
 
 def print_summary(report: dict) -> None:
@@ -213,8 +266,10 @@ def print_summary(report: dict) -> None:
         print(f"  {key:<9} calibrated {'ok' if t['calibrated'] else 'NO'}, "
               f"reuse >= {'ok' if t['reuse_at_least_dynamo'] else 'NO'}, "
               f"TTFT mean x{t['ttft_mean_ratio']:.2f}, p99 x{t['ttft_p99_ratio']:.2f} "
-              f"(target <= 0.80; floor x{t['floor_ttft_mean_ratio']:.2f}, "
-              f"x{t['floor_ttft_p99_ratio']:.2f})")  # fmt: skip
+              f"(floor x{t['floor_ttft_mean_ratio']:.2f}, x{t['floor_ttft_p99_ratio']:.2f}), "
+              f"ITL x{t['itl_mean_ratio']:.2f}, e2e x{t['e2e_mean_ratio']:.2f}")  # fmt: skip
+    print(f"\nverdict\n{'row':<9} {VERDICT_HEADER}")
+    print_verdicts(report)
     print("kvrouter, its TTFT with each prefill alone (same hits), one pooled LRU cache"
           " with each prefill alone, the floor: mean / p99")  # fmt: skip
     for row in report["rows"]:
@@ -226,6 +281,8 @@ def print_summary(report: dict) -> None:
               f"pooled LRU {pooled['ttft_mean']:.1f} / {pooled['ttft_p99']:.1f}, "
               f"floor {lowest['ttft_mean']:.1f} / {lowest['ttft_p99']:.1f}")  # fmt: skip
     w = report["wall_12k"]
+    if w is None:
+        return
     print(f"  wall, {w['requests']} requests: Dynamo {w['dynamo_s']:.2f} s, "
           f"ours {w['ours_s']:.2f} s (x{w['ratio']:.2f}, target <= 3)")  # fmt: skip
 

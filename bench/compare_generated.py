@@ -1,14 +1,16 @@
 """kvrouter against Dynamo's KV router on generated workloads the policy was
 not developed on.
 
-Writes four workloads from kvrouter's synthetic generator (multi-turn chat
+Writes five workloads from kvrouter's synthetic generator (multi-turn chat
 and agents, see kvrouter/replay/synthetic.py) as Mooncake traces and runs
 bench/compare_dynamo.py on each: Dynamo's mocker in round_robin and
 kv_router modes beside our replay, at 4, 8 and 16 workers and 1x and 2x
-arrival speed. Prints one summary table; each workload's full results go to
+arrival speed (by default). Prints one summary table and the verdict table
+(compare_dynamo.py); each workload's full results go to
 bench/results/compare_generated_<name>.json.
 
-    .venv/bin/python bench/compare_generated.py      # about 10 minutes
+    .venv/bin/python bench/compare_generated.py [--workloads mix,tenants]
+        [--workers 4,8,16] [--speeds 1,2,3]          # about 10 minutes at 1,2
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workers", default="4,8,16")
+    parser.add_argument("--speeds", default="1,2")
     args = parser.parse_args(argv)
     summary = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
             out = RESULTS / f"compare_generated_{name}.json"
             print(f"{name}: replaying ...", flush=True)
             with contextlib.redirect_stdout(io.StringIO()):
-                compare_dynamo.main(["--trace", str(trace), "--output", str(out)])
+                compare_dynamo.main(
+                    ["--trace", str(trace), "--output", str(out), "--no-wall",
+                     "--workers", args.workers, "--speeds", args.speeds]
+                )  # fmt: skip
             summary.append((name, out))
     print_table(summary)
     return 0
@@ -99,6 +106,10 @@ def print_table(summary: list[tuple[str, Path]]) -> None:
                 f"{t['floor_ttft_mean_ratio']:>13.2f} {t['floor_ttft_p99_ratio']:>12.2f} "
                 f"{calibrated(t):>11}"
             )
+    print(f"\nverdict against Dynamo's KV router\n{'workload':<10} {'row':<9} "
+          f"{compare_dynamo.VERDICT_HEADER}")  # fmt: skip
+    for name, path in summary:
+        compare_dynamo.print_verdicts(json.loads(path.read_text()), f"{name:<10} ")
 
 
 def calibrated(t: dict) -> str:

@@ -77,7 +77,8 @@ class StepOutcome:
     removed: list[int] = field(default_factory=list)
     # Calibration samples the worker would report: (new tokens, cached tokens, ms).
     prefill_samples: list[tuple[int, int, float]] = field(default_factory=list)
-    decode_sample: tuple[int, float] | None = None  # (active blocks, ms per step)
+    # (KV blocks a decode step reads, a shared prefix once per request; ms per step)
+    decode_sample: tuple[int, float] | None = None
 
 
 class SimWorker:
@@ -262,7 +263,8 @@ class SimWorker:
             new = self._prompt_tokens(chunks)
             out.prefill_samples.append((new, sum(r.computed for r, _ in chunks), dt))
         elif decoders:
-            out.decode_sample = (self.cache.active, dt / steps)
+            read = sum(r.kv_tokens for r in decoders)
+            out.decode_sample = (-(-read // self.block_size), dt / steps)
         for r, c in chunks:
             r.computed += c
             if r.computed < r.known_tokens():

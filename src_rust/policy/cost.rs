@@ -81,17 +81,30 @@ pub struct Cost {
     /// the delay the wasted work passes on to the requests that queue after
     /// it. Zero on an idle worker, dominant when every worker is backlogged.
     pub congestion_ms: f64,
+    /// The worker's running streams each wait for this request's prefill
+    /// iterations (`decode_impact`).
+    pub stall_ms: f64,
+    /// Decode steps it shares with those streams, each slower by the KV the
+    /// other side reads: its own step by theirs, theirs by its own.
+    pub slowdown_ms: f64,
 }
 
 impl Cost {
+    /// What the placement costs all requests together: this one's TTFT,
+    /// plus what it adds to the latency of those queued behind it and of
+    /// those decoding beside it.
     pub fn total(&self) -> f64 {
+        self.ttft_ms() + self.congestion_ms + self.stall_ms + self.slowdown_ms
+    }
+
+    /// This request's predicted time to first token.
+    pub fn ttft_ms(&self) -> f64 {
         self.queue_ms
             + self.prefill_ms
             + self.reload_ms
             + self.decode_ms
             + self.transfer_ms
             + self.overflow_ms
-            + self.congestion_ms
     }
 
     /// The compute the placement costs the pool.
@@ -143,8 +156,29 @@ impl Coefficients {
             overflow_ms: overflow_blocks as f64
                 * request.block_size as f64
                 * self.prefill_ms_per_token,
-            congestion_ms: 0.0,
+            ..Cost::default()
         }
+    }
+
+    /// What placing the request on a worker does to the streams decoding
+    /// there, over the `shared_steps` decode steps it overlaps with them
+    /// (`Lifetime::shared_steps`): each running stream waits `work_ms` for
+    /// its prefill (`Cost::stall_ms`), and every shared step is slower for
+    /// it by their KV and for each of them by its own (`Cost::slowdown_ms`).
+    /// Returns (stall, slowdown) in ms of latency summed over requests.
+    pub fn decode_impact(
+        &self,
+        request: &Request,
+        load: &Load,
+        work_ms: f64,
+        shared_steps: f64,
+    ) -> (f64, f64) {
+        let streams = load.active_requests as f64;
+        let read_blocks = load.active_decode_blocks as f64 + streams * request.num_blocks as f64;
+        (
+            streams * work_ms,
+            shared_steps * self.decode_ms_per_block * read_blocks,
+        )
     }
 
     /// The decode side of a split: receiving the blocks it lacks and running
@@ -258,6 +292,23 @@ mod tests {
                 .overflow_ms,
             0.0
         );
+    }
+
+    #[test]
+    fn decode_impact_grows_with_the_streams_running_there() {
+        let c = Coefficients::default();
+        let busy = Load {
+            active_decode_blocks: 4_000,
+            active_requests: 20,
+            ..idle()
+        };
+        let r = request(6400);
+        assert_eq!(c.decode_impact(&r, &idle(), 50.0, 100.0), (0.0, 0.0));
+        let (stall, slowdown) = c.decode_impact(&r, &busy, 50.0, 100.0);
+        assert!((stall - 20.0 * 50.0).abs() < 1e-9);
+        let read = 4_000.0 + 20.0 * 100.0;
+        assert!((slowdown - 100.0 * c.decode_ms_per_block * read).abs() < 1e-9);
+        assert_eq!(c.decode_impact(&r, &busy, 50.0, 0.0).1, 0.0);
     }
 
     #[test]

@@ -62,10 +62,30 @@ impl CostPolicy {
             })
             .collect();
         if let Some(typical) = self.typical_work_ms {
+            // Behind it wait the requests its backlog stands for and those
+            // that arrive at this worker before its first token.
             let least = least_work_ms(&out);
-            let weight = self.config.congestion_weight / typical.max(f64::MIN_POSITIVE);
+            let in_flight = out.iter().map(|c| c.active_requests).sum();
+            let per_worker = pool.lifetime.arrivals_per_ms(in_flight) / out.len().max(1) as f64;
             for c in out.iter_mut() {
-                c.cost.congestion_ms = weight * (c.cost.work_ms() - least) * c.cost.queue_ms;
+                let behind = c.cost.queue_ms / typical.max(f64::MIN_POSITIVE)
+                    + per_worker * c.cost.ttft_ms();
+                c.cost.congestion_ms =
+                    self.config.congestion_weight * (c.cost.work_ms() - least) * behind;
+            }
+        }
+        if !prefill_pool {
+            // Prefill-role workers run no decodes; decode-capable ones price
+            // what the request does to the streams running there.
+            let steps = pool
+                .lifetime
+                .shared_steps(out.iter().map(|c| c.active_requests).sum());
+            for c in out.iter_mut() {
+                let load = pool.load(c.worker);
+                (c.cost.stall_ms, c.cost.slowdown_ms) =
+                    self.config
+                        .coefficients
+                        .decode_impact(request, &load, c.cost.work_ms(), steps);
             }
         }
         self.config.selector.mark_overloaded(&mut out);
@@ -122,7 +142,7 @@ impl RoutingPolicy for CostPolicy {
         let local_decision = |reason: String, prefill_candidates: Vec<Candidate>| Decision {
             decode_worker: local[d].worker,
             prefill_worker: None,
-            predicted_ttft_ms: local[d].cost.total(),
+            predicted_ttft_ms: local[d].cost.ttft_ms(),
             prefill_tokens: uncached_local,
             reason,
             by_affinity: matches!(how, Pick::Affinity(_)),
@@ -149,7 +169,9 @@ impl RoutingPolicy for CostPolicy {
             return Ok(local_decision(reason, prefill));
         }
         // The pair cost is separable: the best prefill worker plus, per decode
-        // worker, the transfer of what it lacks and its own decode pressure.
+        // worker, the transfer of what it lacks, its own decode pressure and
+        // the slowdown it brings to the streams decoding there (the prefill
+        // ran elsewhere, so they do not stall for it).
         let split: Vec<Candidate> = local
             .iter()
             .map(|c| {
@@ -159,6 +181,7 @@ impl RoutingPolicy for CostPolicy {
                 cost.decode_ms += side.decode_ms;
                 cost.transfer_ms = side.transfer_ms;
                 cost.overflow_ms += side.overflow_ms;
+                cost.slowdown_ms = c.cost.slowdown_ms;
                 Candidate { cost, ..*c }
             })
             .collect();
@@ -168,7 +191,7 @@ impl RoutingPolicy for CostPolicy {
         Ok(Decision {
             decode_worker: split[d].worker,
             prefill_worker: Some(prefill[p].worker),
-            predicted_ttft_ms: split[d].cost.total(),
+            predicted_ttft_ms: split[d].cost.ttft_ms(),
             prefill_tokens: coefficients.uncached_tokens(request, prefill[p].overlap),
             reason: format!(
                 "disaggregated: prefill on worker {} ({}), decode on {}",
@@ -227,7 +250,7 @@ fn explain(how: Pick, candidates: &[Candidate], winner: usize) -> String {
     let skipped = candidates.iter().filter(|c| c.overloaded).count();
     let base = match how {
         Pick::Cheapest => format!(
-            "worker {} has the lowest predicted TTFT ({:.1} ms, {} blocks cached)",
+            "worker {} has the lowest cost ({:.1} ms, {} blocks cached)",
             c.worker.0,
             c.cost.total(),
             c.overlap.total()
@@ -249,9 +272,17 @@ fn explain(how: Pick, candidates: &[Candidate], winner: usize) -> String {
             c.cost.total()
         ),
     };
+    let k = &c.cost;
+    let terms = format!(
+        "{base}; cost: TTFT {:.1} + queued behind {:.1} + streams stalled {:.1} + slowdown {:.1}",
+        k.ttft_ms(),
+        k.congestion_ms,
+        k.stall_ms,
+        k.slowdown_ms
+    );
     if skipped > 0 {
-        format!("{base}; skipped {skipped} overloaded")
+        format!("{terms}; skipped {skipped} overloaded")
     } else {
-        base
+        terms
     }
 }

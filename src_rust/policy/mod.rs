@@ -11,6 +11,7 @@ mod calibrate;
 mod config;
 mod cost;
 mod kv_cost;
+mod lifetime;
 mod models;
 mod pool;
 mod select;
@@ -22,6 +23,7 @@ pub use calibrate::Calibrator;
 pub use config::{PolicyConfig, PolicyName};
 pub use cost::{Coefficients, Cost, Load, Request};
 pub use kv_cost::CostPolicy;
+pub use lifetime::Lifetime;
 pub use models::{ModelId, Serves, ADAPTER_SEPARATOR};
 pub use pool::{Pool, WorkerState};
 pub use select::{Candidate, Pick, Rng, Selector};
@@ -172,6 +174,9 @@ impl Policy {
     }
 
     pub fn observe(&mut self, timing: Timing) {
+        if let Timing::DecodeStep { ms, .. } = timing {
+            self.pool.lifetime.step(ms);
+        }
         self.chooser.observe(timing);
     }
 
@@ -191,6 +196,7 @@ impl Policy {
         now_ms: u64,
     ) -> Result<Vec<String>, RouteError> {
         self.pool.report_load(worker, load)?;
+        self.pool.lifetime.tick(now_ms);
         if self.config.unreported_grace_ms == 0 {
             return Ok(Vec::new());
         }
@@ -217,6 +223,7 @@ impl Policy {
         if self.pool.book.contains(request_id) {
             return Err(RouteError::DuplicateRequest(request_id.to_string()));
         }
+        self.pool.lifetime.tick(now_ms);
         let decision = self.chooser.decide(&self.pool, &request, overlaps)?;
         self.pool.charge(
             request_id.to_string(),

@@ -3,6 +3,7 @@
 
 use super::book::{Booking, LoadBook};
 use super::cost::{Load, Request};
+use super::lifetime::Lifetime;
 use super::models::{ModelId, Models, Serves};
 use super::sessions::{Affinity, SessionKey, Sessions};
 use super::{Role, RouteError};
@@ -30,6 +31,8 @@ pub struct Pool {
     models: Models,
     pub(super) book: LoadBook,
     sessions: Sessions,
+    /// How long requests stay, in ms and in decode steps.
+    pub lifetime: Lifetime,
 }
 
 impl Pool {
@@ -245,6 +248,7 @@ impl Pool {
             self.discount_report(booking.prefill_worker, booking.prefill_tokens, 0, 0);
         }
         self.discount_report(booking.decode_worker, 0, booking.decode_blocks, 1);
+        self.lifetime.released(booking.at_ms);
         true
     }
 

@@ -251,3 +251,94 @@ fn one_request_at_a_time_takes_tied_workers_in_turn() {
     }
     assert_eq!(counts, [10, 10, 10, 10]);
 }
+
+/// Requests have been staying 2 s and a decode step takes 10 ms; then
+/// worker 0 runs 30 streams over 6,000 blocks and the others are idle.
+fn measured_with_worker_0_busy(workers: &[(u64, Role)], busy_blocks: u64) -> Policy {
+    let mut p = policy(workers);
+    for i in 0..100 {
+        p.observe(Timing::DecodeStep {
+            active_blocks: 6_000.0,
+            ms: 10.0,
+        });
+        p.route(&format!("done{i}"), request(20), &[], 0).unwrap();
+    }
+    let quiet = workers.last().unwrap().0;
+    p.report_load(WorkerId(quiet), Load::default(), 2_000)
+        .unwrap();
+    for i in 0..100 {
+        assert!(p.pool.release(&format!("done{i}")));
+    }
+    let busy = Load {
+        active_decode_blocks: busy_blocks,
+        active_requests: 30,
+        ..Load::default()
+    };
+    p.report_load(WorkerId(0), busy, 2_000).unwrap();
+    p
+}
+
+/// Two workers: 0 holds 190 of the request's 200 blocks and is busy, 1 is
+/// idle and holds nothing.
+fn hot_prompt_on_a_busy_worker() -> (Policy, Decision) {
+    let mut p = measured_with_worker_0_busy(&[(0, Role::Both), (1, Role::Both)], 6_000);
+    let d = p
+        .route("hot", request(200), &[cached(0, 190)], 2_000)
+        .unwrap();
+    (p, d)
+}
+
+#[test]
+fn a_hot_prompt_does_not_pile_onto_a_busy_worker() {
+    // Alone, the request reaches its first token far sooner on worker 0,
+    // but 30 streams there would wait for its prefill and read its KV at
+    // every step they share; on the idle worker nobody waits.
+    let (_, d) = hot_prompt_on_a_busy_worker();
+    assert_eq!(d.decode_worker, WorkerId(1));
+    let [busy, idle] = [&d.decode_candidates[0], &d.decode_candidates[1]];
+    assert!(busy.cost.ttft_ms() < idle.cost.ttft_ms());
+    assert!(busy.cost.stall_ms > 0.0 && busy.cost.slowdown_ms > 0.0);
+    assert_eq!((idle.cost.stall_ms, idle.cost.slowdown_ms), (0.0, 0.0));
+    // The predicted TTFT is the request's own, not the whole cost; the
+    // explanation gives each term.
+    assert!((d.predicted_ttft_ms - idle.cost.ttft_ms()).abs() < 1e-9);
+    for term in ["TTFT", "queued behind", "streams stalled", "slowdown"] {
+        assert!(d.reason.contains(term), "{}", d.reason);
+    }
+}
+
+#[test]
+fn decode_terms_are_zero_until_stays_and_steps_are_measured() {
+    let mut p = policy(&[(0, Role::Both), (1, Role::Both)]);
+    let busy = Load {
+        active_decode_blocks: 6_000,
+        active_requests: 30,
+        ..Load::default()
+    };
+    p.report_load(WorkerId(0), busy, 0).unwrap();
+    let d = p.route("hot", request(200), &[cached(0, 190)], 0).unwrap();
+    assert!(d
+        .decode_candidates
+        .iter()
+        .all(|c| c.cost.slowdown_ms == 0.0));
+    assert!(d.decode_candidates[0].cost.stall_ms > 0.0);
+}
+
+#[test]
+fn a_split_picks_the_decode_worker_by_what_it_does_to_its_streams() {
+    // Decode worker 0 holds half of the prompt, so less has to move there,
+    // but 30 streams would read the request's 600 blocks at every step they
+    // share; decode worker 1 is idle.
+    let mut p = measured_with_worker_0_busy(
+        &[(0, Role::Decode), (2, Role::Prefill), (1, Role::Decode)],
+        500,
+    );
+    let d = p
+        .route("long", request(600), &[cached(0, 300)], 2_000)
+        .unwrap();
+    assert_eq!(d.prefill_worker, Some(WorkerId(2)));
+    assert_eq!(d.decode_worker, WorkerId(1));
+    let busy = &d.decode_candidates[0];
+    assert!(busy.cost.transfer_ms < d.decode_candidates[1].cost.transfer_ms);
+    assert!(busy.cost.slowdown_ms > 0.0 && busy.cost.stall_ms == 0.0);
+}

@@ -36,7 +36,8 @@ impl PyCandidate {
     fn overlap(&self) -> u32 {
         self.0.overlap.total()
     }
-    /// Predicted time to first token if chosen (ms): the sum of the parts.
+    /// What choosing it costs (ms): its TTFT plus the latency it adds to
+    /// the requests queued behind it and decoding beside it.
     #[getter]
     fn cost_ms(&self) -> f64 {
         self.0.cost.total()
@@ -70,6 +71,21 @@ impl PyCandidate {
     #[getter]
     fn congestion_ms(&self) -> f64 {
         self.0.cost.congestion_ms
+    }
+    /// The wait its prefill imposes on the streams decoding there.
+    #[getter]
+    fn stall_ms(&self) -> f64 {
+        self.0.cost.stall_ms
+    }
+    /// The slowdown of the decode steps it shares with those streams.
+    #[getter]
+    fn slowdown_ms(&self) -> f64 {
+        self.0.cost.slowdown_ms
+    }
+    /// Its own predicted time to first token.
+    #[getter]
+    fn ttft_ms(&self) -> f64 {
+        self.0.cost.ttft_ms()
     }
     #[getter]
     fn active_requests(&self) -> u64 {

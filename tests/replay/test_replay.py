@@ -41,7 +41,10 @@ def test_kv_aware_beats_round_robin(trace):
 
 def test_hot_shared_documents_do_not_pile_onto_their_owners():
     # Chat over three long shared documents on eight workers: by predicted
-    # TTFT alone each owner keeps winning, and three workers do the work.
+    # TTFT alone each owner keeps winning, and three workers did the work
+    # (busy-time imbalance above 2.5) unless the overload safety net
+    # stepped in. The streams an owner's next request would stall and slow
+    # now spread the work without it.
     hot = generate(
         WorkloadShape(
             num_requests=600,
@@ -53,11 +56,9 @@ def test_hot_shared_documents_do_not_pile_onto_their_owners():
         seed=1,
     )
     cfg = ReplayConfig(num_workers=8, capacity_blocks=4096)
-    spread = replay(hot, "kvrouter", cfg)
-    piled = replay(hot, "kvrouter", replace(cfg, policy_config=PolicyConfig(overload_factor=0)))
-    assert piled["imbalance"]["busy_time"] > 2.5
-    assert spread["imbalance"]["busy_time"] < 2.0
-    assert spread["ttft_ms"]["mean"] < piled["ttft_ms"]["mean"]
+    for config in (PolicyConfig(), PolicyConfig(overload_factor=0)):
+        result = replay(hot, "kvrouter", replace(cfg, policy_config=config))
+        assert result["imbalance"]["busy_time"] < 2.0
 
 
 def test_replay_is_deterministic(trace):
