@@ -67,6 +67,8 @@ def _candidate(c: pb.Candidate) -> Candidate:
         c.transfer_ms,
         c.overflow_ms,
         c.congestion_ms,
+        c.stall_ms,
+        c.slowdown_ms,
         c.active_requests,
         c.overloaded,
     )

@@ -26,6 +26,8 @@ class Candidate:
     transfer_ms: float
     overflow_ms: float
     congestion_ms: float
+    stall_ms: float
+    slowdown_ms: float
     active_requests: int
     overloaded: bool
 

@@ -113,6 +113,8 @@ impl PyCandidate {
         d.set_item("transfer_ms", c.cost.transfer_ms)?;
         d.set_item("overflow_ms", c.cost.overflow_ms)?;
         d.set_item("congestion_ms", c.cost.congestion_ms)?;
+        d.set_item("stall_ms", c.cost.stall_ms)?;
+        d.set_item("slowdown_ms", c.cost.slowdown_ms)?;
         d.set_item("active_requests", c.active_requests)?;
         d.set_item("overloaded", c.overloaded)?;
         Ok(d)

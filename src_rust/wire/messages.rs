@@ -55,6 +55,10 @@ pub struct Candidate {
     pub overloaded: bool,
     #[prost(double, tag = "15")]
     pub congestion_ms: f64,
+    #[prost(double, tag = "16")]
+    pub stall_ms: f64,
+    #[prost(double, tag = "17")]
+    pub slowdown_ms: f64,
 }
 
 /// `kvrouter.v1.Explanation`

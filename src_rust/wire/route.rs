@@ -185,6 +185,8 @@ impl Directory {
             active_requests: u32::try_from(c.active_requests).unwrap_or(u32::MAX),
             overloaded: c.overloaded,
             congestion_ms: k.congestion_ms,
+            stall_ms: k.stall_ms,
+            slowdown_ms: k.slowdown_ms,
         }
     }
 

@@ -48,10 +48,16 @@ def candidate_fields(c) -> dict:
 
 @pytest.mark.parametrize("split", [False, True], ids=["aggregated", "disaggregated"])
 @pytest.mark.parametrize("explain", [False, True])
-def test_core_response_equals_the_python_policy(split, explain):
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+def test_core_response_equals_the_python_policy(split, explain, busy):
     config = PolicyConfig(local_prefill_max_tokens=0 if split else 1 << 20)
     reference = deployment(config)
     router = deployment(config)
+    if busy:
+        # Requests in flight: their workers' candidates carry the terms they cause.
+        for r in (reference, router):
+            for i in range(5):
+                r.route(f"before-{i}", list(range(1000 + 100 * i, 1300 + 100 * i)), "m")
     prompt = CACHED + list(range(500, 540))
     expected = reference.route("r1", prompt, "m")
 
@@ -71,6 +77,8 @@ def test_core_response_equals_the_python_policy(split, explain):
     assert got.predicted_ttft_ms == pytest.approx(expected.predicted_ttft_ms)
     ex = expected.explanation
     assert got.explanation.reason == ex.reason
+    # Aggregated, the streams in flight on a candidate wait for this prefill.
+    assert any(c.stall_ms > 0 for c in ex.decode_candidates) == (busy and not split)
     for sent, scored, chosen in (
         (got.explanation.decode_candidates, ex.decode_candidates, expected.decode_worker),
         (got.explanation.prefill_candidates, ex.prefill_candidates, expected.prefill_worker),
