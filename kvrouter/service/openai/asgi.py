@@ -90,9 +90,9 @@ class EventStream:
     async def send(self, send: Callable[[dict], Awaitable[None]], request: Request) -> None:
         await _start(send, 200, EVENT_STREAM, {**self.headers, "cache-control": "no-cache"})
         producer = asyncio.current_task()
-        gone = asyncio.ensure_future(request.disconnected())
-        gone.add_done_callback(lambda _: producer.cancel() if not streamed else None)
         streamed = False
+        gone = asyncio.ensure_future(request.disconnected())
+        gone.add_done_callback(lambda _: None if streamed else producer.cancel())
         try:
             async with contextlib.aclosing(self.events):
                 async for event in self.events:
