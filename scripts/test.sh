@@ -11,8 +11,10 @@ if ! command -v nats-server >/dev/null && ! [ -x /usr/sbin/nats-server ]; then
 fi
 
 python3 -m venv .venv
-.venv/bin/pip install -q -U pip
-.venv/bin/pip install -q -e ".[test,engine,frontend]"
+.venv/bin/pip install -q -U pip "maturin>=1.5,<2"
+# Built by .venv's own maturin and Python, so that the wheel
+# check_bare_install.sh packages reuses this build instead of making another.
+.venv/bin/pip install -q --no-build-isolation -e ".[test,engine,frontend]"
 
 echo "== lint (at ${SECONDS} s)"
 .venv/bin/ruff check .

@@ -48,9 +48,16 @@ def test_the_sidecar_joins_both_replicas_and_either_routes_by_its_events(farm, n
                             ),
                             f"engine {engine.name}'s blocks in replica {replica.name}",
                         )
-                for turn, replica in enumerate((r1, r2)):
+                for turn, (replica, other) in enumerate(((r1, r2), (r2, r1))):
                     for engine, tokens in ((a, on_a), (b, on_b)):
+                        # Each answered, and known answered by the other
+                        # replica, before the next: the holder is not busy.
                         chosen = await replica.route(f"{engine.name}-{turn}", tokens + [turn])
+                        await replica.finished(f"{engine.name}-{turn}")
+                        await until(
+                            lambda r=replica, o=other: not o.policy.remote_bookings(r.name),
+                            f"the finish to reach {other.name}",
+                        )
                         assert (chosen.decode_worker, chosen.decode_address) == (
                             engine.worker_ids[0],
                             engine.address,
