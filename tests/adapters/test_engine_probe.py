@@ -5,6 +5,7 @@ A real router service and real HTTP servers on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -49,54 +50,54 @@ async def router() -> RouterServer:
     return server
 
 
+@contextlib.asynccontextmanager
+async def probed(farm, page: str, **entry):
+    """An engine serving `page` as its /metrics, its engines.toml entry
+    (`entry` added), and a router it joins through a sidecar that probes it:
+    (the engine's HTTP server, the entry, the router)."""
+    http = await EngineHttp(page).start()
+    engine, _ = farm.start("a", "map", address=http.url, capacity_blocks=1000, **PROBE, **entry)
+    server = await router()
+    try:
+        async with VllmSidecar(f"127.0.0.1:{server.port}", [engine]):
+            yield http, engine, server
+    finally:
+        await http.stop()
+        await server.stop(grace=0)
+
+
 @pytest.mark.parametrize("failure", ["stopped", "down", "hung"])
 def test_an_engine_that_fails_leaves_routing_within_the_ttl_and_comes_back(farm, failure):
     async def scenario():
-        http = await EngineHttp(VLLM_METRICS).start()
-        engine, _ = farm.start("a", "map", address=http.url, capacity_blocks=1000, **PROBE)
-        (worker,) = engine.worker_ids
-        server = await router()
-        try:
-            async with VllmSidecar(f"127.0.0.1:{server.port}", [engine]):
-                await until(lambda: worker in server.workers, "the engine to register")
-                failed_at = time.monotonic()
-                if failure == "stopped":
-                    await http.stop()
-                else:
-                    http.state = failure
-                await until(lambda: worker not in server.workers, "the failed engine to leave")
-                # The last good probe came before the failure, its heartbeat
-                # at most one probe later.
-                assert time.monotonic() - failed_at <= TTL_S + 1.0 + PROBE["probe_timeout_s"]
-                if failure == "stopped":
-                    await http.start(http.port)
-                http.state = "up"
-                await until(lambda: worker in server.workers, "the engine to come back")
-        finally:
-            await http.stop()
-            await server.stop(grace=0)
+        async with probed(farm, VLLM_METRICS) as (http, engine, server):
+            (worker,) = engine.worker_ids
+            await until(lambda: worker in server.workers, "the engine to register")
+            failed_at = time.monotonic()
+            if failure == "stopped":
+                await http.stop()
+            else:
+                http.state = failure
+            await until(lambda: worker not in server.workers, "the failed engine to leave")
+            # The last good probe came before the failure, its heartbeat
+            # at most one probe later.
+            assert time.monotonic() - failed_at <= TTL_S + 1.0 + PROBE["probe_timeout_s"]
+            if failure == "stopped":
+                await http.start(http.port)
+            http.state = "up"
+            await until(lambda: worker in server.workers, "the engine to come back")
 
     run(scenario())
 
 
 def test_heartbeats_carry_the_engines_reported_load(farm):
     async def scenario():
-        http = await EngineHttp(VLLM_METRICS).start()
-        engine, _ = farm.start("a", "map", address=http.url, capacity_blocks=1000, **PROBE)
-        (worker,) = engine.worker_ids
-        server = await router()
-        try:
-            async with VllmSidecar(f"127.0.0.1:{server.port}", [engine]):
-                # 2 waiting × a 400-token mean prompt; 25% of 1,000 blocks; 3 + 2.
-                await until(
-                    lambda: (
-                        worker in server.workers and server.policy.load(worker) == (800, 250, 5)
-                    ),
-                    "the engine's load to reach the router",
-                )
-        finally:
-            await http.stop()
-            await server.stop(grace=0)
+        async with probed(farm, VLLM_METRICS) as (_, engine, server):
+            (worker,) = engine.worker_ids
+            # 2 waiting × a 400-token mean prompt; 25% of 1,000 blocks; 3 + 2.
+            await until(
+                lambda: worker in server.workers and server.policy.load(worker) == (800, 250, 5),
+                "the engine's load to reach the router",
+            )
 
     run(scenario())
 
@@ -119,32 +120,17 @@ def test_each_dp_rank_of_a_node_gets_its_global_ranks_load(farm):
         )
 
     async def scenario():
-        http = await EngineHttp(text).start()
-        engine, _ = farm.start(
-            "a",
-            "map",
-            dp=2,
-            address=http.url,
-            capacity_blocks=1000,
-            data_parallel_start_rank=1,
-            **PROBE,
-        )
-        workers = {s.dp_rank: s.worker_id for s in engine.streams}
-        assert set(workers) == {1, 2}
-        server = await router()
-        try:
-            async with VllmSidecar(f"127.0.0.1:{server.port}", [engine]):
-                await until(
-                    lambda: all(
-                        worker in server.workers
-                        and server.policy.load(worker) == load(recorded[str(rank - 1)])
-                        for rank, worker in workers.items()
-                    ),
-                    "each rank's load to reach its worker",
-                )
-        finally:
-            await http.stop()
-            await server.stop(grace=0)
+        async with probed(farm, text, dp=2, data_parallel_start_rank=1) as (_, engine, server):
+            workers = {s.dp_rank: s.worker_id for s in engine.streams}
+            assert set(workers) == {1, 2}
+            await until(
+                lambda: all(
+                    worker in server.workers
+                    and server.policy.load(worker) == load(recorded[str(rank - 1)])
+                    for rank, worker in workers.items()
+                ),
+                "each rank's load to reach its worker",
+            )
 
     run(scenario())
 
@@ -155,19 +141,12 @@ def test_a_rank_the_page_does_not_name_is_logged_and_reports_no_load(farm, caplo
     page = VLLM_METRICS.replace('engine="0"', 'engine="1"')
 
     async def scenario():
-        http = await EngineHttp(page).start()
-        engine, _ = farm.start("a", "map", address=http.url, capacity_blocks=1000, **PROBE)
-        (worker,) = engine.worker_ids
-        server = await router()
-        try:
-            async with VllmSidecar(f"127.0.0.1:{server.port}", [engine]):
-                await until(lambda: worker in server.workers, "the engine to register")
-                await until(
-                    lambda: "names other DP ranks" in caplog.text, "the missing rank to be logged"
-                )
-                assert server.policy.load(worker) == (0, 0, 0)
-        finally:
-            await http.stop()
-            await server.stop(grace=0)
+        async with probed(farm, page) as (_, engine, server):
+            (worker,) = engine.worker_ids
+            await until(lambda: worker in server.workers, "the engine to register")
+            await until(
+                lambda: "names other DP ranks" in caplog.text, "the missing rank to be logged"
+            )
+            assert server.policy.load(worker) == (0, 0, 0)
 
     run(scenario())
