@@ -7,10 +7,16 @@ cancels D's call and serves the request whole on D."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
+import grpc
 import pytest
 from waiting import wait_until
+
+from kvrouter.proto_gen import generation_pb2 as gen
+from kvrouter.service.engine_split import Engine, PrefillFailed, SplitCall, sglang
+from kvrouter.service.worker_calls import Deadline, WorkerFailure
 
 from .helpers import generate, split_engines, split_pair, split_router
 
@@ -66,3 +72,51 @@ def test_a_failed_prefill_cancels_the_decode_and_serves_it_whole(router, pair, m
     waiting, whole = decode.received
     assert "bootstrap_room" in waiting and "bootstrap_room" not in whole
     wait_until(lambda: decode.disconnects == 1, what="the waiting decode to be cancelled")
+
+
+class SilentPrefillEngines:
+    """Engines for one split call: P fails once `fail_prefill` is set; D
+    records the first-token time it was given and sends nothing."""
+
+    def __init__(self) -> None:
+        self.fail_prefill = asyncio.Event()
+        self.first_token_s: float | None = None
+
+    async def complete(self, worker_id, address, request, body, deadline, timeout_s):
+        await self.fail_prefill.wait()
+        raise WorkerFailure(worker_id, grpc.StatusCode.DEADLINE_EXCEEDED, "silent")
+
+    async def generate(self, worker_id, address, request, prompt, deadline, **limits):
+        self.first_token_s = limits["first_token_s"]
+        await asyncio.Event().wait()
+        yield [], 0
+
+
+def test_the_waiting_decode_is_not_timed_out_before_the_prefill_engines_time_is_up():
+    """D sends nothing until P is done, so a P silent for all its time must
+    fail as P (the request then served whole on D), not time D out first."""
+
+    async def run():
+        engines = SilentPrefillEngines()
+        call = SplitCall(
+            engines=engines,
+            request=gen.GenerateRequest(sampling=gen.SamplingParams(max_tokens=5)),
+            prompt=PROMPT,
+            prefill=Engine(1, "http://127.0.0.1:1", BOOTSTRAP_PORT),
+            decode=Engine(2, "http://127.0.0.1:2"),
+            deadline=Deadline(60),
+            prefill_s=3.0,
+            first_token_s=3.0,
+            token_gap_s=3.0,
+            prefill_done=lambda: None,
+        )
+        tokens = sglang.stream(call)
+        first = asyncio.ensure_future(anext(tokens))
+        while engines.first_token_s is None:
+            await asyncio.sleep(0)
+        assert engines.first_token_s > call.prefill_s
+        engines.fail_prefill.set()
+        with pytest.raises(PrefillFailed):
+            await first
+
+    asyncio.run(run())

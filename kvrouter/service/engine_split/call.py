@@ -39,16 +39,22 @@ class SplitCall:
     token_gap_s: float
     prefill_done: Callable[[], None]
 
-    def decode_stream(self, extra: dict) -> AsyncIterator[tuple[list[int], int]]:
+    def decode_stream(
+        self, extra: dict, alongside_prefill: bool = False
+    ) -> AsyncIterator[tuple[list[int], int]]:
         """D's streamed answer to the request, with the protocol's `extra`
-        fields in its body."""
+        fields in its body. `alongside_prefill`: D is called while P still
+        works and sends nothing until P is done, so its first token is
+        given P's time as well as its own; P's silence is then P's
+        failure, never D's."""
+        first_token_s = self.first_token_s + (self.prefill_s if alongside_prefill else 0.0)
         return self.engines.generate(
             self.decode.worker_id,
             self.decode.address,
             self.request,
             self.prompt,
             self.deadline,
-            first_token_s=self.first_token_s,
+            first_token_s=first_token_s,
             token_gap_s=self.token_gap_s,
             extra=extra,
         )

@@ -38,7 +38,7 @@ async def stream(call: SplitCall) -> AsyncIterator[tuple[list[int], int]]:
     fields = bootstrap(call)
     prefill = asyncio.ensure_future(_prefill(call, fields))
     prefill.add_done_callback(lambda _: call.prefill_done())
-    tokens = call.decode_stream(fields)
+    tokens = call.decode_stream(fields, alongside_prefill=True)
     try:
         first = asyncio.ensure_future(anext(tokens))
         while not first.done():
