@@ -19,6 +19,7 @@ __all__ = [
     "Tier",
     "Stored",
     "Removed",
+    "EndsReusable",
     "Cleared",
     "PublishHello",
     "DecodedBatch",
@@ -132,12 +133,21 @@ class Removed:
     def block_ids(self) -> list[int]: ...
 
 @final
+class EndsReusable:
+    """Blocks a worker holds, marked as ends a reused prefix may stop at
+    (`reusable`) or not."""
+
+    def __new__(cls, block_ids: Hashes, reusable: bool) -> Self: ...
+    @property
+    def block_ids(self) -> list[int]: ...
+
+@final
 class Cleared:
     """The worker dropped its whole cache."""
 
     def __new__(cls) -> Self: ...
 
-Event: TypeAlias = Stored | Removed | Cleared
+Event: TypeAlias = Stored | Removed | EndsReusable | Cleared
 
 @final
 class PublishHello:

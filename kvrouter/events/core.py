@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kvrouter import _core
-from kvrouter.events.model import Cleared, Event, Removed, Stored
+from kvrouter.events.model import Cleared, EndsReusable, Event, Removed, Stored
 
 
 def core_events(events: Iterable[Event]) -> list[_core.Event]:
-    """The events as the index's `Stored`, `Removed` and `Cleared`. Raises
+    """The events as the index's `Stored`, `Removed`, `EndsReusable` and
+    `Cleared`. Raises
     ValueError, naming the event, for one the core refuses (no blocks,
     tokens that are not whole blocks, both or neither of tokens and local
     hashes)."""
@@ -44,6 +45,8 @@ def _core_event(event: Event) -> _core.Event:
             )
         case Removed():
             return _core.Removed(event.block_ids, event.tier)
+        case EndsReusable():
+            return _core.EndsReusable(event.block_ids, event.reusable)
         case Cleared():
             return _core.Cleared()
     raise TypeError(f"{type(event).__name__} is not a KV event")

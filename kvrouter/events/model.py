@@ -1,7 +1,8 @@
 """KV events as plain frozen data: what engines report, what the publishers
 number and send, and what the router applies.
 
-They mirror the core's `Stored`, `Removed` and `Cleared` (which the index
+They mirror the core's `Stored`, `Removed`, `EndsReusable` and `Cleared`
+(which the index
 takes, and which cannot be read back or encoded): `kvrouter.events.core`
 converts to those, `kvrouter.events.proto` to and from the gRPC messages
 and `kvrouter.adapters.nats.codec` to and from msgpack.
@@ -49,11 +50,25 @@ class Removed:
 
 
 @dataclass(frozen=True, slots=True)
+class EndsReusable:
+    """Blocks the worker holds, marked as ends a reused prefix may stop at
+    (`reusable`) or not. A stored block is one. A hybrid engine marks the
+    blocks whose sliding-window group lacks the window before them: it
+    reuses a prefix only as far as the deepest end it holds."""
+
+    block_ids: tuple[int, ...]
+    reusable: bool
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "block_ids", tuple(self.block_ids))
+
+
+@dataclass(frozen=True, slots=True)
 class Cleared:
     """The worker dropped its whole cache."""
 
 
-Event = Stored | Removed | Cleared
+Event = Stored | Removed | EndsReusable | Cleared
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kvrouter.events.model import Cleared, Event, Removed, Stored, WorkerBatch
+from kvrouter.events.model import Cleared, EndsReusable, Event, Removed, Stored, WorkerBatch
 from kvrouter.events.tier import Tier
 from kvrouter.proto_gen import router_pb2 as pb
 
@@ -38,6 +38,12 @@ def _event_to_proto(event: Event) -> pb.KvEvent:
             return pb.KvEvent(
                 removed=pb.RemovedEvent(block_ids=event.block_ids, tier=_TIER_VALUES[event.tier])
             )
+        case EndsReusable():
+            return pb.KvEvent(
+                ends_reusable=pb.EndsReusableEvent(
+                    block_ids=event.block_ids, reusable=event.reusable
+                )
+            )
         case Cleared():
             return pb.KvEvent(cleared=pb.ClearedEvent())
     raise TypeError(f"{type(event).__name__} is not a KV event")
@@ -63,9 +69,11 @@ def _event_from_proto(event: pb.KvEvent, i: int) -> Event:
         )
     if kind == "removed":
         return Removed(event.removed.block_ids[:], _tier(event.removed.tier, i))
+    if kind == "ends_reusable":
+        return EndsReusable(event.ends_reusable.block_ids[:], event.ends_reusable.reusable)
     if kind == "cleared":
         return Cleared()
-    raise ValueError(f"event {i} is empty (no stored, removed or cleared)")
+    raise ValueError(f"event {i} is empty (no stored, removed, ends_reusable or cleared)")
 
 
 def _tier(value: int, i: int) -> Tier:

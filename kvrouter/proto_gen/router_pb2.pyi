@@ -334,15 +334,25 @@ class ClearedEvent(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class EndsReusableEvent(_message.Message):
+    __slots__ = ("block_ids", "reusable")
+    BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
+    REUSABLE_FIELD_NUMBER: _ClassVar[int]
+    block_ids: _containers.RepeatedScalarFieldContainer[int]
+    reusable: bool
+    def __init__(self, block_ids: _Optional[_Iterable[int]] = ..., reusable: _Optional[bool] = ...) -> None: ...
+
 class KvEvent(_message.Message):
-    __slots__ = ("stored", "removed", "cleared")
+    __slots__ = ("stored", "removed", "cleared", "ends_reusable")
     STORED_FIELD_NUMBER: _ClassVar[int]
     REMOVED_FIELD_NUMBER: _ClassVar[int]
     CLEARED_FIELD_NUMBER: _ClassVar[int]
+    ENDS_REUSABLE_FIELD_NUMBER: _ClassVar[int]
     stored: StoredEvent
     removed: RemovedEvent
     cleared: ClearedEvent
-    def __init__(self, stored: _Optional[_Union[StoredEvent, _Mapping]] = ..., removed: _Optional[_Union[RemovedEvent, _Mapping]] = ..., cleared: _Optional[_Union[ClearedEvent, _Mapping]] = ...) -> None: ...
+    ends_reusable: EndsReusableEvent
+    def __init__(self, stored: _Optional[_Union[StoredEvent, _Mapping]] = ..., removed: _Optional[_Union[RemovedEvent, _Mapping]] = ..., cleared: _Optional[_Union[ClearedEvent, _Mapping]] = ..., ends_reusable: _Optional[_Union[EndsReusableEvent, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
     __slots__ = ("seq", "events", "resync", "emitted_at")

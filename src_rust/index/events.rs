@@ -28,6 +28,14 @@ pub enum KvEvent {
         block_ids: Vec<EngineBlockId>,
         tier: Tier,
     },
+    /// Blocks the worker holds, marked as ends a reused prefix may (or may
+    /// not) stop at. A block stored is one; a hybrid engine marks those
+    /// whose sliding-window group lacks the window before them, and reuses
+    /// a prefix only as far as its deepest end.
+    EndsReusable {
+        block_ids: Vec<EngineBlockId>,
+        reusable: bool,
+    },
     /// The worker dropped its whole cache.
     Cleared,
 }

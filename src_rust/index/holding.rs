@@ -9,6 +9,7 @@ pub const MAX_SLOTS: u32 = 1 << SLOT_BITS;
 const SLOT_MASK: u32 = MAX_SLOTS - 1;
 const TIERS_SHIFT: u32 = SLOT_BITS;
 const APPROX_BIT: u32 = 1 << 27;
+const THROUGH_ONLY_BIT: u32 = 1 << 28;
 
 /// The tiers a worker holds one block in.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -42,9 +43,11 @@ impl TierSet {
     }
 }
 
-/// The worker's slot (24 bits), its tiers (3 bits) and whether the hold is
+/// The worker's slot (24 bits), its tiers (3 bits), whether the hold is
 /// only predicted by the router (approximate) rather than confirmed by an
-/// event.
+/// event, and whether the block is reusable only on the way to a later one
+/// (through-only: a prefix that ends at it is not reusable, as when a
+/// sliding-window KV group lacks the window before it).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Holding(u32);
 
@@ -65,6 +68,16 @@ impl Holding {
     pub fn is_approximate(self) -> bool {
         self.0 & APPROX_BIT != 0
     }
+    pub fn is_through_only(self) -> bool {
+        self.0 & THROUGH_ONLY_BIT != 0
+    }
+    pub fn through_only(self, on: bool) -> Self {
+        Holding(if on {
+            self.0 | THROUGH_ONLY_BIT
+        } else {
+            self.0 & !THROUGH_ONLY_BIT
+        })
+    }
 }
 
 #[cfg(test)]
@@ -80,5 +93,12 @@ mod tests {
         assert!(!hold.is_approximate());
         assert!(Holding::approximate(7).is_approximate());
         assert_eq!(Holding::approximate(7).slot(), 7);
+        let through = hold.through_only(true);
+        assert!(through.is_through_only() && !hold.is_through_only());
+        assert_eq!(
+            (through.slot(), through.tiers()),
+            (hold.slot(), hold.tiers())
+        );
+        assert_eq!(through.through_only(false), hold);
     }
 }

@@ -55,7 +55,9 @@ fn slices<E: Borrow<KvEvent>>(events: &[E], work: usize) -> impl Iterator<Item =
 
 fn event_blocks(event: &KvEvent) -> usize {
     match event {
-        KvEvent::Stored { block_ids, .. } | KvEvent::Removed { block_ids, .. } => block_ids.len(),
+        KvEvent::Stored { block_ids, .. }
+        | KvEvent::Removed { block_ids, .. }
+        | KvEvent::EndsReusable { block_ids, .. } => block_ids.len(),
         KvEvent::Cleared => 0,
     }
 }

@@ -14,15 +14,16 @@ struct WorkerModel {
     next_seq: u64,
     /// The next id of an engine numbering its blocks with a counter.
     next_counter_id: u64,
-    /// engine id -> (the block's whole prefix of local hashes, tier bits)
-    blocks: BTreeMap<u64, (Prefix, u8)>,
+    /// engine id -> (the block's whole prefix of local hashes, tier bits,
+    /// whether it is through-only)
+    blocks: BTreeMap<u64, (Prefix, u8, bool)>,
 }
 
 impl WorkerModel {
     fn id_of(&self, prefix: &[u64]) -> Option<u64> {
         self.blocks
             .iter()
-            .find(|(_, (p, _))| p == prefix)
+            .find(|(_, (p, _, _))| p == prefix)
             .map(|(id, _)| *id)
     }
 }
@@ -34,20 +35,28 @@ struct Model {
 }
 
 impl Model {
-    /// Per worker: (device, host, disk) counts over its longest held prefix.
+    /// Per worker: (device, host, disk) counts over its longest held prefix
+    /// that ends at a block that is not through-only.
     fn matches(&self, query: &[u64]) -> BTreeMap<u64, (u32, u32, u32)> {
         let mut out = BTreeMap::new();
         for (worker, model) in &self.workers {
-            let held: HashMap<&Prefix, u8> = model.blocks.values().map(|(p, t)| (p, *t)).collect();
-            let mut depths = (0, 0, 0);
+            let held: HashMap<&Prefix, (u8, bool)> = model
+                .blocks
+                .values()
+                .map(|(p, t, through)| (p, (*t, *through)))
+                .collect();
+            let (mut walked, mut depths) = ((0, 0, 0), (0, 0, 0));
             for end in 1..=query.len() {
-                let Some(bits) = held.get(&query[..end].to_vec()) else {
+                let Some(&(bits, through)) = held.get(&query[..end].to_vec()) else {
                     break;
                 };
                 match bits.trailing_zeros() {
-                    0 => depths.0 += 1,
-                    1 => depths.1 += 1,
-                    _ => depths.2 += 1,
+                    0 => walked.0 += 1,
+                    1 => walked.1 += 1,
+                    _ => walked.2 += 1,
+                }
+                if !through {
+                    depths = walked;
                 }
             }
             if depths != (0, 0, 0) {
@@ -61,7 +70,7 @@ impl Model {
         let mut all: Vec<&Prefix> = self
             .workers
             .values()
-            .flat_map(|w| w.blocks.values().map(|(p, _)| p))
+            .flat_map(|w| w.blocks.values().map(|(p, _, _)| p))
             .collect();
         all.sort();
         all.dedup();
@@ -107,6 +116,11 @@ enum Op {
         picks: Vec<usize>,
         tier: u8,
     },
+    MarkEnds {
+        worker: u64,
+        picks: Vec<usize>,
+        reusable: bool,
+    },
     Clear {
         worker: u64,
     },
@@ -128,6 +142,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(worker, parent_pick, locals, tier, ids)| Op::Store { worker, parent_pick, locals, tier, ids }),
         3 => (worker.clone(), proptest::collection::vec(0usize..16, 1..3), 0u8..3)
             .prop_map(|(worker, picks, tier)| Op::Remove { worker, picks, tier }),
+        3 => (worker.clone(), proptest::collection::vec(0usize..16, 1..4), any::<bool>())
+            .prop_map(|(worker, picks, reusable)| Op::MarkEnds { worker, picks, reusable }),
         1 => worker.clone().prop_map(|worker| Op::Clear { worker }),
         1 => worker.clone().prop_map(|worker| Op::RemoveWorker { worker }),
         1 => worker.clone().prop_map(|worker| Op::Duplicate { worker }),
@@ -161,7 +177,7 @@ fn step(model: &mut Model, idx: &PrefixIndex, op: &Op) {
                     wm.blocks
                         .iter()
                         .nth(pick % n)
-                        .map(|(id, (p, _))| (*id, p.clone()))
+                        .map(|(id, (p, _, _))| (*id, p.clone()))
                         .unwrap()
                 })
             });
@@ -182,7 +198,7 @@ fn step(model: &mut Model, idx: &PrefixIndex, op: &Op) {
                         (1 << 41) + wm.next_counter_id
                     }
                 };
-                let entry = wm.blocks.entry(id).or_insert((prefix.clone(), 0));
+                let entry = wm.blocks.entry(id).or_insert((prefix.clone(), 0, false));
                 entry.1 |= 1 << t;
                 block_ids.push(EngineBlockId(id));
             }
@@ -229,6 +245,31 @@ fn step(model: &mut Model, idx: &PrefixIndex, op: &Op) {
             };
             assert_eq!(idx.apply(&batch, false).unwrap().status, SeqStatus::Applied);
             wm.next_seq += 1;
+        }
+        Op::MarkEnds {
+            worker,
+            picks,
+            reusable,
+        } => {
+            let Some(wm) = model
+                .workers
+                .get_mut(worker)
+                .filter(|wm| !wm.blocks.is_empty())
+            else {
+                return;
+            };
+            let ids: Vec<u64> = wm.blocks.keys().copied().collect();
+            let mut block_ids = Vec::new();
+            for pick in picks {
+                let id = ids[pick % ids.len()];
+                wm.blocks.get_mut(&id).unwrap().2 = !reusable;
+                block_ids.push(EngineBlockId(id));
+            }
+            let event = KvEvent::EndsReusable {
+                block_ids,
+                reusable: *reusable,
+            };
+            send(wm, idx, *worker, vec![event]);
         }
         Op::Clear { worker } => {
             let wm = model.workers.entry(*worker).or_default();
@@ -312,7 +353,7 @@ proptest! {
         for op in &ops {
             step(&mut model, &idx, op);
             for wm in model.workers.values() {
-                for (prefix, _) in wm.blocks.values() {
+                for (prefix, _, _) in wm.blocks.values() {
                     let mut longer = prefix.clone();
                     longer.push(0);
                     queries.push(longer);

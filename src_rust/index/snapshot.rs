@@ -36,10 +36,22 @@ struct WorkerRecord {
     engine_ids: Vec<(u64, u64)>,
 }
 
+/// A holder's bit, beside its tier bits, for a through-only block.
+const THROUGH_ONLY: u8 = 1 << 3;
+
+fn holder_bits(holding: Holding) -> u8 {
+    let through = if holding.is_through_only() {
+        THROUGH_ONLY
+    } else {
+        0
+    };
+    holding.tiers().bits() | through
+}
+
 #[derive(Serialize, Deserialize)]
 struct NodeRecord {
     seq_hash: u64,
-    /// (position in `workers`, tier bits)
+    /// (position in `workers`, tier bits with THROUGH_ONLY)
     holders: Vec<(u32, u8)>,
 }
 
@@ -72,7 +84,7 @@ impl PrefixTree {
                 .holdings(node.owners)
                 .iter()
                 .filter(|h| !h.is_approximate())
-                .map(|h| (position[h.slot() as usize], h.tiers().bits()))
+                .map(|h| (position[h.slot() as usize], holder_bits(*h)))
                 .collect();
             if holders.is_empty() {
                 continue;
@@ -129,7 +141,9 @@ impl PrefixTree {
                 if tiers.is_empty() {
                     return Err(bad("a holder has no tier".into()));
                 }
-                tree.restore_holding(SeqHash(record.seq_hash), Holding::confirmed(slot, tiers));
+                let holding =
+                    Holding::confirmed(slot, tiers).through_only(bits & THROUGH_ONLY != 0);
+                tree.restore_holding(SeqHash(record.seq_hash), holding);
             }
         }
         for (record, &slot) in snapshot.workers.iter().zip(&slots) {

@@ -49,18 +49,55 @@ pub enum Started {
     Apply(ApplyTarget),
 }
 
-/// A worker still matching during a lookup, with the tier run it is in.
+/// A worker still matching during a lookup, with the tier run it is in,
+/// and, while its blocks are through-only, its depths at the last end a
+/// prefix could stop at.
+#[derive(Copy, Clone)]
 struct Matching {
     slot: u32,
     tier: Tier,
     run_start: u32,
     depths: TierDepths,
+    last_end: Option<TierDepths>,
 }
 
 impl Matching {
+    fn new(holding: Holding) -> Self {
+        Matching {
+            slot: holding.slot(),
+            tier: holding.tiers().best(),
+            run_start: 0,
+            depths: TierDepths::default(),
+            last_end: holding.is_through_only().then(TierDepths::default),
+        }
+    }
+
     fn close_run(&mut self, end: u32) {
         self.depths.add_many(self.tier, end - self.run_start);
         self.run_start = end;
+    }
+
+    /// From block `at` on, the worker holds blocks as `holding` does.
+    fn follow(&mut self, holding: Holding, at: u32) {
+        let tier = holding.tiers().best();
+        if tier != self.tier {
+            self.close_run(at);
+            self.tier = tier;
+        }
+        match (holding.is_through_only(), self.last_end.is_some()) {
+            (true, false) => {
+                self.close_run(at);
+                self.last_end = Some(self.depths);
+            }
+            (false, true) => self.last_end = None,
+            _ => {}
+        }
+    }
+
+    /// The reusable prefix, once the worker's match ended at block `end`.
+    fn finish(mut self, end: u32) -> (u32, TierDepths) {
+        self.close_run(end);
+        (self.slot, self.last_end.unwrap_or(self.depths))
     }
 }
 
@@ -227,29 +264,16 @@ impl PrefixTree {
             if node.owners != current_set {
                 let holdings = self.sets.holdings(node.owners);
                 if i == 0 {
-                    matching = holdings
-                        .iter()
-                        .map(|h| Matching {
-                            slot: h.slot(),
-                            tier: h.tiers().best(),
-                            run_start: 0,
-                            depths: TierDepths::default(),
-                        })
-                        .collect();
+                    matching = holdings.iter().copied().map(Matching::new).collect();
                 } else {
                     matching.retain_mut(|m| {
                         match holdings.binary_search_by_key(&m.slot, |h| h.slot()) {
                             Ok(j) => {
-                                let tier = holdings[j].tiers().best();
-                                if tier != m.tier {
-                                    m.close_run(i);
-                                    m.tier = tier;
-                                }
+                                m.follow(holdings[j], i);
                                 true
                             }
                             Err(_) => {
-                                m.close_run(i);
-                                done.push((m.slot, m.depths));
+                                done.push(m.finish(i));
                                 false
                             }
                         }
@@ -266,10 +290,9 @@ impl PrefixTree {
                 break;
             }
         }
-        for mut m in matching {
-            m.close_run(matched);
-            done.push((m.slot, m.depths));
-        }
+        done.extend(matching.into_iter().map(|m| m.finish(matched)));
+        // A worker whose every block so far is through-only holds no prefix.
+        done.retain(|(_, depths)| depths.total() > 0);
         done.sort_unstable_by_key(|(slot, _)| *slot);
         let scores = done
             .into_iter()
@@ -508,10 +531,31 @@ impl PrefixTree {
                         }
                     }
                 }
+                KvEvent::EndsReusable {
+                    block_ids,
+                    reusable,
+                } => {
+                    for &block in block_ids {
+                        self.mark_end(slot, block, *reusable);
+                    }
+                }
                 KvEvent::Cleared => self.clear_worker(slot),
             }
         }
         outcome
+    }
+
+    /// Marks a block the worker holds (confirmed) as an end a reused prefix
+    /// may stop at, or not; a block it does not hold is left alone.
+    fn mark_end(&mut self, slot: u32, block: EngineBlockId, reusable: bool) {
+        let Some(index) = self.node_of_block(slot, block) else {
+            return;
+        };
+        let seq = self.arena.node(index).seq;
+        let held = self.sets.get(self.arena.node(index).owners, slot);
+        if let Some(held) = held.filter(|held| !held.is_approximate()) {
+            self.put_holding(seq, held.through_only(!reusable), self.tick());
+        }
     }
 
     fn store_block(
@@ -522,12 +566,12 @@ impl PrefixTree {
         tier: Tier,
         tick: u32,
     ) {
-        let (index, previous) = self.update_holding(seq, slot, tick, |previous| {
-            let tiers = match previous {
-                Some(held) if !held.is_approximate() => held.tiers().with(tier),
-                _ => TierSet::only(tier),
-            };
-            Holding::confirmed(slot, tiers)
+        let (index, previous) = self.update_holding(seq, slot, tick, |previous| match previous {
+            Some(held) if !held.is_approximate() => {
+                Holding::confirmed(slot, held.tiers().with(tier))
+                    .through_only(held.is_through_only())
+            }
+            _ => Holding::confirmed(slot, TierSet::only(tier)),
         });
         if block.0 != seq.0 {
             self.name_block(slot, block, index);
@@ -562,7 +606,8 @@ impl PrefixTree {
             self.forget_own_name(slot, block);
             self.drop_holding_at(index, slot);
         } else {
-            self.put_holding(seq, Holding::confirmed(slot, remaining), self.tick());
+            let kept = Holding::confirmed(slot, remaining).through_only(held.is_through_only());
+            self.put_holding(seq, kept, self.tick());
         }
         true
     }

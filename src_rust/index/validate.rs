@@ -95,6 +95,17 @@ impl PrefixTree {
                         added.insert(*block);
                     }
                 }
+                KvEvent::EndsReusable { block_ids, .. } => {
+                    for block in block_ids {
+                        if !known(block, &added, &removed, cleared) {
+                            return Err(IndexError::UnknownBlock {
+                                event,
+                                worker,
+                                block: block.0,
+                            });
+                        }
+                    }
+                }
                 KvEvent::Removed { block_ids, .. } => {
                     for block in block_ids {
                         if !known(block, &added, &removed, cleared) {

@@ -1,4 +1,5 @@
-//! KV events as Python objects: `Stored`, `Removed` and `Cleared`, plus `Tier`.
+//! KV events as Python objects: `Stored`, `Removed`, `EndsReusable` and
+//! `Cleared`, plus `Tier`.
 
 use super::ints::{extract_hashes, Tokens};
 use crate::ids::{EngineBlockId, LocalHash, Tier};
@@ -177,6 +178,43 @@ impl PyRemoved {
     }
 }
 
+/// Blocks the worker holds, marked as ends a reused prefix may stop at
+/// (`reusable`) or not.
+#[pyclass(name = "EndsReusable", module = "kvrouter._core", frozen)]
+pub struct PyEndsReusable(pub KvEvent);
+
+#[pymethods]
+impl PyEndsReusable {
+    #[new]
+    fn new(block_ids: &Bound<'_, PyAny>, reusable: bool) -> PyResult<Self> {
+        Ok(PyEndsReusable(KvEvent::EndsReusable {
+            block_ids: self::block_ids(block_ids)?,
+            reusable,
+        }))
+    }
+
+    #[getter]
+    fn block_ids(&self) -> Vec<u64> {
+        match &self.0 {
+            KvEvent::EndsReusable { block_ids, .. } => block_ids.iter().map(|b| b.0).collect(),
+            _ => unreachable!("PyEndsReusable holds an EndsReusable event"),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        match &self.0 {
+            KvEvent::EndsReusable {
+                block_ids,
+                reusable,
+            } => format!(
+                "EndsReusable({} blocks, reusable={reusable})",
+                block_ids.len()
+            ),
+            _ => unreachable!("PyEndsReusable holds an EndsReusable event"),
+        }
+    }
+}
+
 /// The worker dropped its whole cache.
 #[pyclass(name = "Cleared", module = "kvrouter._core", frozen)]
 pub struct PyCleared;
@@ -220,11 +258,13 @@ impl<'py> EventObjects<'py> {
                     }
                 } else if let Ok(removed) = item.cast::<PyRemoved>() {
                     Ok(&removed.get().0)
+                } else if let Ok(ends) = item.cast::<PyEndsReusable>() {
+                    Ok(&ends.get().0)
                 } else if item.cast::<PyCleared>().is_ok() {
                     Ok(&CLEARED)
                 } else {
                     Err(PyTypeError::new_err(format!(
-                        "event {index} is a {}, not Stored, Removed or Cleared",
+                        "event {index} is a {}, not Stored, Removed, EndsReusable or Cleared",
                         item.get_type().name()?
                     )))
                 }

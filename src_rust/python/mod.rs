@@ -29,6 +29,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<events::PyTier>()?;
     m.add_class::<events::PyStored>()?;
     m.add_class::<events::PyRemoved>()?;
+    m.add_class::<events::PyEndsReusable>()?;
     m.add_class::<events::PyCleared>()?;
     m.add_function(wrap_pyfunction!(publish::decode_publish_request, m)?)?;
     m.add_class::<publish::PyPublishHello>()?;

@@ -55,7 +55,7 @@ pub struct EventBatch {
 /// `kvrouter.v1.KvEvent`
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct WireEvent {
-    #[prost(oneof = "wire_event::Kind", tags = "1, 2, 3")]
+    #[prost(oneof = "wire_event::Kind", tags = "1, 2, 3, 4")]
     pub kind: Option<wire_event::Kind>,
 }
 
@@ -68,6 +68,8 @@ pub mod wire_event {
         Removed(super::RemovedEvent),
         #[prost(message, tag = "3")]
         Cleared(super::ClearedEvent),
+        #[prost(message, tag = "4")]
+        EndsReusable(super::EndsReusableEvent),
     }
 }
 
@@ -95,6 +97,15 @@ pub struct RemovedEvent {
     pub block_ids: Vec<u64>,
     #[prost(int32, tag = "2")]
     pub tier: i32,
+}
+
+/// `kvrouter.v1.EndsReusableEvent`
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EndsReusableEvent {
+    #[prost(uint64, repeated, tag = "1")]
+    pub block_ids: Vec<u64>,
+    #[prost(bool, tag = "2")]
+    pub reusable: bool,
 }
 
 /// `kvrouter.v1.ClearedEvent`
@@ -203,9 +214,13 @@ fn decode_event(event: WireEvent, i: usize, block_size: usize) -> Result<KvEvent
             block_ids: removed.block_ids.into_iter().map(EngineBlockId).collect(),
             tier: tier(removed.tier, i)?,
         }),
+        Some(wire_event::Kind::EndsReusable(ends)) => Ok(KvEvent::EndsReusable {
+            block_ids: ends.block_ids.into_iter().map(EngineBlockId).collect(),
+            reusable: ends.reusable,
+        }),
         Some(wire_event::Kind::Cleared(_)) => Ok(KvEvent::Cleared),
         None => Err(format!(
-            "event {i} is empty (no stored, removed or cleared)"
+            "event {i} is empty (no stored, removed, ends_reusable or cleared)"
         )),
     }
 }

@@ -15,6 +15,7 @@ import pytest
 from kvrouter.adapters.nats import JetStreamSink, NatsConfig, ensure_stream
 from kvrouter.adapters.nats.codec import decode_batch, encode_batch
 from kvrouter.adapters.nats.stream import last_stream_seq
+from kvrouter.events import EndsReusable, WorkerBatch
 from kvrouter.service import snapshot_file
 from kvrouter.service.replicas import IndexReplica
 
@@ -55,7 +56,8 @@ async def caught_up(replica: IndexReplica) -> None:
 
 def test_codec_round_trips_every_event_kind():
     batches, _ = workload(WORKERS, 40)
-    for batch in batches + [batches[0].__class__(5, 9, [], resync=True)]:
+    ends = WorkerBatch(5, 10, [EndsReusable([1, 2], reusable=False), EndsReusable([3], True)])
+    for batch in batches + [WorkerBatch(5, 9, [], resync=True), ends]:
         assert decode_batch(encode_batch(batch)) == batch
     with pytest.raises(ValueError, match="not a kvrouter event batch"):
         decode_batch(b"\x93\x01\x02")

@@ -96,7 +96,7 @@ def test_strict_removal_of_an_unknown_block_is_refused_atomically():
         (lambda: Stored([1, 2], list(range(21))), ValueError, "same positive number per block"),
         (lambda: Stored([1, 2], local_hashes=[5]), ValueError, "1 local hashes for 2"),
         (lambda: Stored([], []), ValueError, "no blocks"),
-        (lambda: "stored", TypeError, "not Stored, Removed or Cleared"),
+        (lambda: "stored", TypeError, "not Stored, Removed, EndsReusable or Cleared"),
     ],
 )
 def test_malformed_events_are_refused_and_leave_state_intact(make_event, error, message):

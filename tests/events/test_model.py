@@ -8,7 +8,15 @@ import dataclasses
 import pytest
 
 from kvrouter import PrefixIndex, local_block_hashes
-from kvrouter.events import Cleared, EventList, Removed, Stored, Tier, WorkerBatch
+from kvrouter.events import (
+    Cleared,
+    EndsReusable,
+    EventList,
+    Removed,
+    Stored,
+    Tier,
+    WorkerBatch,
+)
 from kvrouter.events.core import core_events
 
 BLOCK = 16
@@ -45,6 +53,19 @@ def test_events_with_tokens_or_local_hashes_reach_the_index_alike():
     by_hashes.apply(1, 0, core_events([Stored([1, 2], local_hashes=local_block_hashes(tokens))]))
     assert by_tokens.find_matches_for_tokens(tokens).scores == {1: 2}
     assert by_hashes.find_matches_for_tokens(tokens).scores == {1: 2}
+
+
+def test_a_prefix_is_reused_only_as_far_as_its_deepest_reusable_end():
+    tokens = list(range(4 * BLOCK))
+    index = PrefixIndex(BLOCK)
+    index.apply(1, 0, core_events([Stored([1, 2, 3, 4], tokens)]))
+    index.apply(1, 1, core_events([EndsReusable([3, 4], reusable=False)]))
+    assert index.find_matches_for_tokens(tokens).scores == {1: 2}
+    index.apply(1, 2, core_events([EndsReusable([4], reusable=True)]))
+    assert index.find_matches_for_tokens(tokens).scores == {1: 4}
+    assert index.find_matches_for_tokens(tokens[: 3 * BLOCK]).scores == {1: 2}
+    index.apply(1, 3, core_events([EndsReusable([1, 2, 3], reusable=False)]))
+    assert index.find_matches_for_tokens(tokens[: 3 * BLOCK]).scores == {}
 
 
 def test_an_event_the_core_refuses_is_named():

@@ -33,9 +33,11 @@ stored = st.builds(
     namespace=namespaces,
 )
 removed = st.builds(pb.RemovedEvent, block_ids=st.lists(ids, max_size=5), tier=tiers)
+ends = st.builds(pb.EndsReusableEvent, block_ids=st.lists(ids, max_size=5), reusable=st.booleans())
 kv_events = st.one_of(
     stored.map(lambda s: pb.KvEvent(stored=s)),
     removed.map(lambda r: pb.KvEvent(removed=r)),
+    ends.map(lambda e: pb.KvEvent(ends_reusable=e)),
     st.just(pb.KvEvent(cleared=pb.ClearedEvent())),
     st.just(pb.KvEvent()),
 )

@@ -46,6 +46,7 @@ def rich_batches() -> list[pb.EventBatch]:
             pb.KvEvent(stored=child),
             pb.KvEvent(stored=host),
             pb.KvEvent(stored=disk),
+            pb.KvEvent(ends_reusable=pb.EndsReusableEvent(block_ids=[14], reusable=False)),
         ],
     )
     second = pb.EventBatch(

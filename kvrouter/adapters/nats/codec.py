@@ -1,14 +1,15 @@
 """Worker batches on the wire (msgpack):
 `[worker_id, seq, resync, [event, ...]]` with events
 `["stored", block_ids, token_ids, parent, tier, namespace]` (and the local
-hashes after them, when the event has some), `["removed", block_ids, tier]`
-and `["cleared"]`. Tiers are their names."""
+hashes after them, when the event has some), `["removed", block_ids, tier]`,
+`["ends_reusable", block_ids, reusable]` and `["cleared"]`. Tiers are their
+names."""
 
 from __future__ import annotations
 
 import msgspec
 
-from kvrouter.events import Cleared, Event, Removed, Stored, WorkerBatch
+from kvrouter.events import Cleared, EndsReusable, Event, Removed, Stored, WorkerBatch
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
@@ -34,6 +35,8 @@ def _encode_event(event: Event) -> list:
             return fields + [event.local_hashes] if event.local_hashes else fields
         case Removed():
             return ["removed", event.block_ids, event.tier]
+        case EndsReusable():
+            return ["ends_reusable", event.block_ids, event.reusable]
         case Cleared():
             return ["cleared"]
     raise TypeError(f"{type(event).__name__} is not a KV event")
@@ -59,6 +62,9 @@ def _decode_event(raw: list) -> Event:
     if kind == "removed":
         ids, tier = fields
         return Removed(ids, tier)
+    if kind == "ends_reusable":
+        ids, reusable = fields
+        return EndsReusable(ids, bool(reusable))
     if kind == "cleared":
         return Cleared()
     raise ValueError(f"unknown event kind {kind!r}")
