@@ -1,18 +1,26 @@
-"""HybridBlocks over random stores and removals in two KV cache groups: the
-blocks its events leave in the index are exactly those whose whole chain
-every known group holds, and a block is stored only after its parent."""
+"""HybridBlocks over random stores and removals in a full-attention group
+and a sliding-window group, its events applied to a real index: for every
+prefix of every sequence, the index counts what vLLM's hybrid lookup
+reuses (the longest prefix the full group holds whole and whose window the
+window group holds), and a block is stored only after its parent."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kvrouter import PrefixIndex
 from kvrouter.adapters.vllm.hybrid import HybridBlocks
-from kvrouter.events import Removed, Stored
+from kvrouter.events import EndsReusable, Removed, Stored
+from kvrouter.events.core import core_events
 
-# Two sequences: 1-2-3-4 with a branch 2-5, and 6-7-8.
-PARENTS = {1: None, 2: 1, 3: 2, 4: 3, 5: 2, 6: None, 7: 6, 8: 7}
-GROUPS = st.integers(0, 1)
+# Two sequences: 1-2-3-4-9 with a branch 2-5, and 6-7-8.
+PARENTS = {1: None, 2: 1, 3: 2, 4: 3, 9: 4, 5: 2, 6: None, 7: 6, 8: 7}
+LEAVES = (9, 5, 8)
+FULL, WINDOW = 0, 1
+# One token a block; a window of 3 tokens needs the 2 blocks before an end.
+BLOCK_SIZE, WINDOW_TOKENS, WINDOW_BLOCKS = 1, 3, 2
+GROUPS = st.sampled_from((FULL, WINDOW))
 OPERATIONS = st.lists(
     st.one_of(
         st.tuples(st.just("stored"), GROUPS, st.sampled_from(sorted(PARENTS))),
@@ -22,35 +30,69 @@ OPERATIONS = st.lists(
 )
 
 
-def chain(block: int | None):
+def chain(block: int | None) -> list[int]:
+    """The sequence from its first block to `block`."""
+    out = []
     while block is not None:
-        yield block
+        out.append(block)
         block = PARENTS[block]
+    return out[::-1]
+
+
+def vllm_hit(sequence: list[int], held: dict[int, set[int]]) -> int:
+    """vLLM's hybrid hit: the longest prefix the full group holds whole and
+    whose last WINDOW_BLOCKS blocks (all, when shorter) the window group holds."""
+    for length in range(len(sequence), 0, -1):
+        whole = all(b in held[FULL] for b in sequence[:length])
+        window = sequence[max(0, length - WINDOW_BLOCKS) : length]
+        if whole and all(b in held[WINDOW] for b in window):
+            return length
+    return 0
 
 
 @given(OPERATIONS)
-def test_the_index_holds_what_every_group_holds_whole(operations):
-    hybrid = HybridBlocks()
-    held: dict[int, set[int]] = {}
-    index: set[int] = set()
-    for kind, group, blocks in operations:
+def test_the_index_counts_what_vllms_hybrid_lookup_reuses(operations):
+    hybrid = HybridBlocks(BLOCK_SIZE)
+    index = PrefixIndex(BLOCK_SIZE)
+    held: dict[int, set[int]] = {FULL: set(), WINDOW: set()}
+    indexed: set[int] = set()
+    events = hybrid.know({FULL: None, WINDOW: WINDOW_TOKENS})
+    for seq, (kind, group, blocks) in enumerate(operations):
         if kind == "stored":
-            held.setdefault(group, set()).add(blocks)
-            events = hybrid.stored(group, [Stored([blocks], [blocks], parent=PARENTS[blocks])])
+            held[group].add(blocks)
+            events += hybrid.stored(group, [Stored([blocks], [blocks], parent=PARENTS[blocks])])
         else:
-            held.get(group, set()).difference_update(blocks)
-            events = hybrid.removed(group, blocks)
+            held[group].difference_update(blocks)
+            events += hybrid.removed(group, blocks)
         for event in events:
             if isinstance(event, Stored):
                 (block,) = event.block_ids
-                assert event.parent is None or event.parent in index
-                index.add(block)
+                assert event.parent is None or event.parent in indexed
+                indexed.add(block)
+            elif isinstance(event, Removed):
+                indexed.difference_update(event.block_ids)
             else:
-                assert isinstance(event, Removed)
-                index.difference_update(event.block_ids)
-        whole = {
-            block
-            for block in PARENTS
-            if held and all(a in g for g in held.values() for a in chain(block))
-        }
-        assert index == whole == hybrid.indexed
+                assert isinstance(event, EndsReusable)
+                assert indexed.issuperset(event.block_ids)
+        index.apply(1, seq, core_events(events))
+        events = []
+        for leaf in LEAVES:
+            sequence = chain(leaf)
+            for length in range(1, len(sequence) + 1):
+                scores = index.find_matches_for_tokens(sequence[:length]).scores
+                assert scores.get(1, 0) == vllm_hit(sequence[:length], held), (
+                    sequence[:length],
+                    held,
+                )
+
+
+def test_a_window_held_at_the_end_of_a_prefix_is_reused_though_its_start_was_dropped():
+    hybrid = HybridBlocks(BLOCK_SIZE)
+    index = PrefixIndex(BLOCK_SIZE)
+    events = hybrid.know({FULL: None, WINDOW: WINDOW_TOKENS})
+    for group in (FULL, WINDOW):
+        events += hybrid.stored(group, [Stored([1, 2, 3, 4], [1, 2, 3, 4])])
+    events += hybrid.removed(WINDOW, [1, 2])
+    index.apply(1, 0, core_events(events))
+    assert index.find_matches_for_tokens([1, 2, 3, 4]).scores == {1: 4}
+    assert index.find_matches_for_tokens([1, 2, 3]).scores == {}

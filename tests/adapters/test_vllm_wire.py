@@ -18,7 +18,7 @@ from kvrouter.adapters.vllm.wire import (
     WireError,
     decode_batch,
 )
-from kvrouter.events import Cleared, Removed, Stored, Tier
+from kvrouter.events import Cleared, EndsReusable, Removed, Stored, Tier
 
 from . import vllm_schema as vs
 
@@ -284,3 +284,24 @@ def test_a_block_of_a_hybrid_engine_is_indexed_once_every_group_holds_it():
     assert converter.convert([BlockRemoved([1], group_idx=1)], worker=1) == [Removed((1,))]
     # Offloaded tiers of a hybrid engine are not indexed.
     assert converter.convert([BlockStored([2], TOKENS[:16], 16, medium="CPU")], worker=1) == []
+
+
+def test_a_hybrid_prefix_ends_only_where_the_window_group_holds_the_window_before_it():
+    converter = EventConverter(block_size=16)
+    tokens = list(range(48))
+    full = BlockStored([1, 2, 3], tokens, 16, group_idx=0, kv_cache_spec_kind="full_attention")
+    # 32 tokens of window: an end needs the two blocks before it.
+    window = BlockStored(
+        [1, 2, 3],
+        tokens,
+        16,
+        group_idx=1,
+        kv_cache_spec_kind="sliding_window",
+        kv_cache_spec_sliding_window=32,
+    )
+    cleared, *events = converter.convert([full, window], worker=1)
+    stored = [e.block_ids for e in events if isinstance(e, Stored)]
+    assert cleared == Cleared() and stored == [(1,), (2,), (3,)]
+    dropped = converter.convert([BlockRemoved([1], group_idx=1)], worker=1)
+    assert dropped == [EndsReusable((1, 2), reusable=False)]
+    assert converter.convert([BlockRemoved([3], group_idx=0)], worker=1) == [Removed((3,))]

@@ -27,9 +27,11 @@
 - Offloading placeholders (a block's hash, no tokens, `block_size` 0) are
   skipped: the router cannot place a block whose tokens it does not know.
 - Hybrid models (KV cache groups of full attention beside sliding-window or
-  chunked local attention ones, hybrid.py): a block is indexed once every
-  group holds it. From the first batch that shows them, the engine's
-  workers are cleared and indexed so; offloaded tiers are then not indexed.
+  chunked local attention ones, hybrid.py): a prefix is counted as far as
+  vLLM's hybrid lookup reuses it (every full-attention group holds it
+  whole, every sliding-window group the window before its end). From the
+  first batch that shows them, the engine's workers are cleared and indexed
+  so; offloaded tiers are then not indexed.
   Groups of any other kind (mamba, ...) are not indexed at all: the first
   such event clears the worker, and the engine's events are skipped from
   then on.
@@ -47,7 +49,7 @@ import msgspec
 from kvrouter._core import ADAPTER_SEPARATOR, model_namespace
 from kvrouter.adapters.vllm.chains import ChainNamespaces
 from kvrouter.adapters.vllm.holds import OffloadedHolds
-from kvrouter.adapters.vllm.hybrid import FULL_KINDS, WINDOW_KINDS, HybridBlocks
+from kvrouter.adapters.vllm.hybrid import FULL_KINDS, WINDOW_KINDS, HybridBlocks, window_of
 from kvrouter.adapters.vllm.wire import (
     AllBlocksCleared,
     BlockHash,
@@ -147,14 +149,18 @@ class EventConverter:
         lack some), then told the groups of each batch."""
         if not self.grouped and any(_grouped(event) for event in events):
             self.grouped = True
-            log.info("hybrid KV cache groups: a block is indexed once every group holds it")
+            log.info("hybrid KV cache groups: a prefix counts as far as every group can reuse it")
         out: list[Event] = []
         if self.grouped and worker not in self.hybrids:
             self.forget(worker)
-            self.hybrids[worker] = HybridBlocks()
+            self.hybrids[worker] = HybridBlocks(self.block_size)
             out.append(Cleared())
         if worker in self.hybrids:
-            groups = {e.group_idx or 0 for e in events if isinstance(e, BlockStored)}
+            groups = {
+                e.group_idx or 0: window_of(e.kv_cache_spec_kind, e.kv_cache_spec_sliding_window)
+                for e in events
+                if isinstance(e, BlockStored)
+            }
             out += self.hybrids[worker].know(groups)
         return out
 
@@ -164,7 +170,7 @@ class EventConverter:
         self.offloaded.forget(worker)
         self.chains.forget(worker)
         if worker in self.hybrids:
-            self.hybrids[worker] = HybridBlocks()
+            self.hybrids[worker] = HybridBlocks(self.block_size)
 
     def _stored(self, event: BlockStored, tier: Tier, worker: int) -> list[Stored]:
         if event.block_size != self.block_size:

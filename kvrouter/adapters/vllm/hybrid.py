@@ -2,25 +2,44 @@
 window (or chunked local attention) side by side, each holding its own
 copy of a block under the same hash.
 
-vLLM reuses a hybrid prefix only as far as every group holds what it needs:
-the full-attention blocks of the whole prefix, a window group's blocks of
-the window before its end. A block is therefore indexed once every group
-holds it and its parent is indexed, and leaves the index when any group
-drops it (with the blocks after it). The router then counts the longest
-prefix that every group holds whole, which vLLM can always reuse: never
-more than vLLM reuses, and less where a window group dropped blocks near
-the start of a prefix whose end it still holds.
+vLLM reuses L blocks of a hybrid prefix when every full-attention group
+holds all L, and every sliding-window group of window w tokens holds the
+n = ceil((w - 1) / block_size) blocks before L (all L, when L < n); it
+reuses the largest such L (the fixed point its hybrid coordinator reaches
+by asking each group in turn). The router follows that rule exactly:
+
+- a block is indexed (Stored) once every full-attention group holds it and
+  its parent is indexed, and leaves the index (Removed, with the blocks
+  after it) when one of them drops it;
+- an indexed block whose window a sliding-window group lacks is marked as
+  no reusable end (EndsReusable), so the index counts a prefix only as far
+  as its deepest block whose window every such group holds.
+
+Chunked local attention groups, and window groups whose events name no
+window, are held to the full-attention rule (every block of the prefix):
+vLLM's events do not carry the chunk size the exact rule needs. That can
+count less than vLLM reuses, never more. An engine of window groups only
+indexes every block a group holds, and those that lead to one.
 """
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kvrouter.events import Event, Removed, Stored, Tier
+from kvrouter.events import EndsReusable, Event, Removed, Stored, Tier
 
 # Group kinds whose reuse holding a whole prefix guarantees.
 FULL_KINDS = (None, "full_attention", "mla_attention")
-WINDOW_KINDS = ("sliding_window", "sliding_window_mla", "chunked_local_attention")
+SLIDING_KINDS = ("sliding_window", "sliding_window_mla")
+WINDOW_KINDS = (*SLIDING_KINDS, "chunked_local_attention")
+
+
+def window_of(kind: str | None, sliding_window: int | None) -> int | None:
+    """A group's sliding window in tokens, as its events name it; None for a
+    group a reused prefix needs whole."""
+    return sliding_window if kind in SLIDING_KINDS else None
 
 
 @dataclass
@@ -31,27 +50,37 @@ class _Block:
 
 
 class HybridBlocks:
-    """One worker's blocks per group, and which of them are indexed."""
+    """One worker's blocks per group, and what of them the index holds."""
 
-    def __init__(self) -> None:
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
         self.groups: dict[int, set[int]] = {}
+        # Per sliding-window group: the blocks it needs before an end.
+        self.windows: dict[int, int] = {}
+        # Blocks a group holds, and those before them while one is known.
         self.blocks: dict[int, _Block] = {}
-        self.children: dict[int, set[int]] = {}
+        self.children: dict[int | None, set[int]] = {}
         self.indexed: set[int] = set()
+        # Indexed blocks marked as no reusable end.
+        self.through: set[int] = set()
 
-    def know(self, groups: set[int]) -> list[Event]:
-        """The groups a batch stores in, before its events: a block of one
-        is not indexed while another group of the batch is still to come."""
-        new = groups - self.groups.keys()
+    def know(self, groups: dict[int, int | None]) -> list[Event]:
+        """The groups a batch stores in, each with its window (`window_of`),
+        before its events: what was indexed before a group was known is
+        brought in line with it."""
+        new = groups.keys() - self.groups.keys()
         for group in new:
             self.groups[group] = set()
-        # Blocks indexed before a group was known lack it.
-        return self._drop(list(self.indexed)) if new else []
+            window = groups[group]
+            if window is not None:
+                self.windows[group] = -(-(window - 1) // self.block_size)
+        return self._refresh(list(self.blocks)) if new else []
 
     def stored(self, group: int, runs: list[Stored]) -> list[Event]:
         """A group's blocks, as the converter made them (namespaced)."""
-        out = self.know({group})
+        out = self.know({group: None})
         held = self.groups[group]
+        touched: list[int] = []
         for run in runs:
             size = len(run.token_ids) // len(run.block_ids)
             parent = run.parent
@@ -61,63 +90,128 @@ class HybridBlocks:
                     self.blocks[block] = _Block(parent, tokens, run.namespace)
                     self.children.setdefault(parent, set()).add(block)
                 held.add(block)
-                out += self._index_from(block)
+                touched.append(block)
                 parent = block
-        return out
+        return out + self._refresh(touched)
 
     def removed(self, group: int, blocks: list[int]) -> list[Event]:
         held = self.groups.get(group, set())
-        out = self._drop([b for b in blocks if b in held])
-        for block in blocks:
-            held.discard(block)
-            if block in self.blocks and not any(block in g for g in self.groups.values()):
-                parent = self.blocks.pop(block).parent
-                siblings = self.children.get(parent)
-                if siblings is not None:
-                    siblings.discard(block)
-                    if not siblings:
-                        del self.children[parent]
+        dropped = [b for b in blocks if b in held]
+        held.difference_update(dropped)
+        touched = list(dropped)
+        for block in dropped:
+            touched += self._forget_unused(block)
+        return self._refresh(touched)
+
+    def _forget_unused(self, block: int | None) -> list[int]:
+        """Forgets `block` once no group holds it and no known block follows
+        it, then its parent likewise; the blocks forgotten."""
+        forgotten: list[int] = []
+        while (
+            block in self.blocks
+            and not self.children.get(block)
+            and not any(block in held for held in self.groups.values())
+        ):
+            parent = self.blocks.pop(block).parent
+            siblings = self.children[parent]
+            siblings.discard(block)
+            if not siblings:
+                del self.children[parent]
+            forgotten.append(block)
+            block = parent
+        return forgotten
+
+    def _refresh(self, starts: Iterable[int]) -> list[Event]:
+        """The events that bring the index in line with the groups at
+        `starts` and at the blocks after them that these decide: those whose
+        parent entered or left the index, and those within a window below.
+
+        Blocks are settled in order of depth, so a parent is settled before
+        its children."""
+        span = max(self.windows.values(), default=0)
+        depth = _Depths(self.blocks)
+        levels: dict[int, int] = {}
+        heap: list[tuple[int, int]] = []
+
+        def push(block: int, level: int) -> None:
+            if block not in levels:
+                heapq.heappush(heap, (depth(block), block))
+            levels[block] = min(level, levels.get(block, level))
+
+        for block in starts:
+            push(block, 0)
+        stored: list[Event] = []
+        removed: list[int] = []
+        ends: dict[bool, list[int]] = {True: [], False: []}
+        while heap:
+            _, block = heapq.heappop(heap)
+            was = block in self.indexed
+            now = self._indexable(block)
+            if now and not was:
+                self.indexed.add(block)
+                found = self.blocks[block]
+                stored.append(
+                    Stored(
+                        [block],
+                        found.tokens,
+                        parent=found.parent,
+                        tier=Tier.DEVICE,
+                        namespace=found.namespace,
+                    )
+                )
+            elif was and not now:
+                self.indexed.discard(block)
+                self.through.discard(block)
+                removed.append(block)
+            if now and (through := not self._window_held(block)) != (block in self.through):
+                (self.through.add if through else self.through.discard)(block)
+                ends[not through].append(block)
+            level = levels[block] + 1
+            if now != was or (now and level < span):
+                for child in self.children.get(block, ()):
+                    push(child, level)
+        out = stored
+        if removed:
+            out.append(Removed(removed, Tier.DEVICE))
+        out += [EndsReusable(blocks, reusable) for reusable, blocks in ends.items() if blocks]
         return out
 
     def _indexable(self, block: int) -> bool:
         found = self.blocks.get(block)
         return (
             found is not None
-            and all(block in held for held in self.groups.values())
+            and all(block in held for g, held in self.groups.items() if g not in self.windows)
             and (found.parent is None or found.parent in self.indexed)
         )
 
-    def _index_from(self, block: int) -> list[Event]:
-        """`block` and the blocks after it that can now be indexed."""
-        out: list[Event] = []
-        todo = [block]
-        while todo:
-            at = todo.pop()
-            if at in self.indexed or not self._indexable(at):
-                continue
-            found = self.blocks[at]
-            self.indexed.add(at)
-            out.append(
-                Stored(
-                    [at],
-                    found.tokens,
-                    parent=found.parent,
-                    tier=Tier.DEVICE,
-                    namespace=found.namespace,
-                )
-            )
-            todo.extend(self.children.get(at, ()))
-        return out
+    def _window_held(self, block: int) -> bool:
+        """Every sliding-window group holds the window that ends at `block`."""
+        for group, needed in self.windows.items():
+            held, at = self.groups[group], block
+            for _ in range(needed):
+                if at not in held:
+                    return False
+                at = self.blocks[at].parent
+                if at is None:
+                    break
+        return True
 
-    def _drop(self, blocks: list[int]) -> list[Event]:
-        """Unindexes `blocks` and every indexed block after them."""
-        gone: list[int] = []
-        todo = [b for b in blocks if b in self.indexed]
-        while todo:
-            at = todo.pop()
-            if at not in self.indexed:
-                continue
-            self.indexed.discard(at)
-            gone.append(at)
-            todo.extend(self.children.get(at, ()))
-        return [Removed(gone, Tier.DEVICE)] if gone else []
+
+class _Depths:
+    """Each known block's distance from the first block of its known chain,
+    memoized."""
+
+    def __init__(self, blocks: dict[int, _Block]) -> None:
+        self.blocks = blocks
+        self.known: dict[int, int] = {}
+
+    def __call__(self, block: int) -> int:
+        chain: list[int] = []
+        at: int | None = block
+        while at in self.blocks and at not in self.known:
+            chain.append(at)
+            at = self.blocks[at].parent
+        base = self.known.get(at, -1) if at is not None else -1
+        for i, b in enumerate(reversed(chain)):
+            self.known[b] = base + 1 + i
+        return self.known.get(block, 0)
