@@ -51,6 +51,7 @@ try:
         FullAttentionSpec,
         KVCacheConfig,
         KVCacheGroupSpec,
+        MambaSpec,
         SlidingWindowSpec,
     )
     from vllm.v1.request import Request
@@ -70,8 +71,17 @@ def full_spec() -> FullAttentionSpec:
     return FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=1, dtype=torch.float32)
 
 
-def manager(num_blocks: int, *, sliding_window_blocks: int = 0, lookahead: int = 0):
+def manager(
+    num_blocks: int, *, sliding_window_blocks: int = 0, lookahead: int = 0, mamba: bool = False
+):
     groups = [KVCacheGroupSpec(["full"], full_spec())]
+    if mamba:
+        # Prefix caching of mamba states needs vLLM's "align" mode: a state is
+        # kept where a scheduled chunk ends on a block boundary.
+        state = MambaSpec(
+            block_size=BS, shapes=((2,),), dtypes=(torch.float32,), mamba_cache_mode="align"
+        )
+        groups.append(KVCacheGroupSpec(["mamba"], state))
     if sliding_window_blocks:
         window = SlidingWindowSpec(
             block_size=BS,
@@ -123,6 +133,21 @@ def request(kv, prompt, *, lora=None, salt=None, mm=None) -> Request:
         cache_salt=salt,
         block_hasher=get_request_block_hasher(BS, sha256, kv.lookahead),
     )
+
+
+def run_chunked(kv, prompt, chunk_tokens: int) -> None:
+    """Prefills `prompt` in chunks of `chunk_tokens` (as a scheduler with
+    chunked prefill does) and frees it."""
+    req = request(kv, prompt)
+    blocks, computed, _ = kv.get_computed_blocks(req)
+    step = min(chunk_tokens, len(prompt) - computed)
+    assert kv.allocate_slots(req, step, computed, blocks) is not None
+    req.num_computed_tokens = computed + step
+    while req.num_computed_tokens < len(prompt):
+        step = min(chunk_tokens, len(prompt) - req.num_computed_tokens)
+        assert kv.allocate_slots(req, step) is not None
+        req.num_computed_tokens += step
+    kv.free(req)
 
 
 def run_request(kv, prompt, **keys) -> None:
@@ -431,12 +456,34 @@ def offload(self_describing: bool) -> dict:
     return {"engine": {}, "publishers": cap.finish(), "probes": probes}
 
 
+def hybrid_mamba() -> dict:
+    """A full-attention group beside a mamba group: vLLM reuses a prefix
+    only up to a block whose mamba state it kept, which in "align" mode is
+    where a chunk of the prefill ended on a block boundary."""
+    kv, cap = manager(40, mamba=True), Capture([0])
+    shared = tokens(20, 3)
+    prompt = shared + tokens(21, 2) + TAIL
+    run_chunked(kv, prompt, 3 * BS)
+    cap.step(kv)
+    whole = tokens(22, 4) + TAIL
+    run_request(kv, whole)
+    cap.step(kv)
+    probes = [
+        probe("mamba, the chunked prompt", kv, prompt),
+        probe("mamba, its first three blocks and another end", kv, shared + tokens(23, 2) + TAIL),
+        probe("mamba, its first two blocks", kv, shared[: 2 * BS] + TAIL),
+        probe("mamba, a prompt prefilled whole", kv, whole),
+    ]
+    return {"engine": {}, "publishers": cap.finish(), "probes": probes}
+
+
 SCENARIOS = {
     "prefix_caching": prefix_caching,
     "reset": reset,
     "extra_keys": extra_keys,
     "cache_salt": cache_salt,
     "hybrid_sliding_window": hybrid,
+    "hybrid_mamba": hybrid_mamba,
     "spec_decode_lookahead": lookahead,
     "dp_ranks_0_1": lambda: data_parallel(0),
     "dp_start_rank_1": lambda: data_parallel(1),

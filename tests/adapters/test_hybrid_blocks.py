@@ -18,8 +18,8 @@ from kvrouter.events.core import core_events
 PARENTS = {1: None, 2: 1, 3: 2, 4: 3, 9: 4, 5: 2, 6: None, 7: 6, 8: 7}
 LEAVES = (9, 5, 8)
 FULL, WINDOW = 0, 1
-# One token a block; a window of 3 tokens needs the 2 blocks before an end.
-BLOCK_SIZE, WINDOW_TOKENS, WINDOW_BLOCKS = 1, 3, 2
+# One token a block; the window group needs the 2 blocks before an end.
+BLOCK_SIZE, WINDOW_BLOCKS = 1, 2
 GROUPS = st.sampled_from((FULL, WINDOW))
 OPERATIONS = st.lists(
     st.one_of(
@@ -52,11 +52,11 @@ def vllm_hit(sequence: list[int], held: dict[int, set[int]]) -> int:
 
 @given(OPERATIONS)
 def test_the_index_counts_what_vllms_hybrid_lookup_reuses(operations):
-    hybrid = HybridBlocks(BLOCK_SIZE)
+    hybrid = HybridBlocks()
     index = PrefixIndex(BLOCK_SIZE)
     held: dict[int, set[int]] = {FULL: set(), WINDOW: set()}
     indexed: set[int] = set()
-    events = hybrid.know({FULL: None, WINDOW: WINDOW_TOKENS})
+    events = hybrid.know({FULL: None, WINDOW: WINDOW_BLOCKS})
     for seq, (kind, group, blocks) in enumerate(operations):
         if kind == "stored":
             held[group].add(blocks)
@@ -87,9 +87,9 @@ def test_the_index_counts_what_vllms_hybrid_lookup_reuses(operations):
 
 
 def test_a_window_held_at_the_end_of_a_prefix_is_reused_though_its_start_was_dropped():
-    hybrid = HybridBlocks(BLOCK_SIZE)
+    hybrid = HybridBlocks()
     index = PrefixIndex(BLOCK_SIZE)
-    events = hybrid.know({FULL: None, WINDOW: WINDOW_TOKENS})
+    events = hybrid.know({FULL: None, WINDOW: WINDOW_BLOCKS})
     for group in (FULL, WINDOW):
         events += hybrid.stored(group, [Stored([1, 2, 3, 4], [1, 2, 3, 4])])
     events += hybrid.removed(WINDOW, [1, 2])

@@ -27,6 +27,7 @@ SCENARIOS = (
     "extra_keys",
     "cache_salt",
     "hybrid_sliding_window",
+    "hybrid_mamba",
     "spec_decode_lookahead",
     "dp_ranks_0_1",
     "dp_start_rank_1",

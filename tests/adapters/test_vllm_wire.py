@@ -270,8 +270,8 @@ def test_an_engine_with_its_own_salt_has_no_request_namespace_for_another():
 def test_a_group_of_a_kind_not_indexed_leaves_the_engine_unindexed():
     converter = EventConverter(block_size=16)
     full = BlockStored([1], TOKENS[:16], 16, group_idx=0, kv_cache_spec_kind="full_attention")
-    mamba = BlockStored([1], TOKENS[:16], 16, group_idx=1, kv_cache_spec_kind="mamba")
-    assert converter.convert([full, mamba], worker=1) == [Cleared()]
+    cross = BlockStored([1], TOKENS[:16], 16, group_idx=1, kv_cache_spec_kind="cross_attention")
+    assert converter.convert([full, cross], worker=1) == [Cleared()]
     assert converter.convert([full], worker=2) == [Cleared()]
 
 

@@ -26,13 +26,14 @@
   query made of the same tokens.
 - Offloading placeholders (a block's hash, no tokens, `block_size` 0) are
   skipped: the router cannot place a block whose tokens it does not know.
-- Hybrid models (KV cache groups of full attention beside sliding-window or
-  chunked local attention ones, hybrid.py): a prefix is counted as far as
-  vLLM's hybrid lookup reuses it (every full-attention group holds it
-  whole, every sliding-window group the window before its end). From the
-  first batch that shows them, the engine's workers are cleared and indexed
-  so; offloaded tiers are then not indexed.
-  Groups of any other kind (mamba, ...) are not indexed at all: the first
+- Hybrid models (KV cache groups of full attention beside sliding-window,
+  mamba or chunked local attention ones, hybrid.py): a prefix is counted as
+  far as vLLM's hybrid lookup reuses it (every full-attention group holds
+  it whole, every sliding-window group the window before its end, every
+  mamba group the state at its end). From the first batch that shows them,
+  the engine's workers are cleared and indexed so; offloaded tiers are then
+  not indexed. Groups of any other kind (cross attention, ...) are not
+  indexed at all: the first
   such event clears the worker, and the engine's events are skipped from
   then on.
 """
@@ -49,7 +50,13 @@ import msgspec
 from kvrouter._core import ADAPTER_SEPARATOR, model_namespace
 from kvrouter.adapters.vllm.chains import ChainNamespaces
 from kvrouter.adapters.vllm.holds import OffloadedHolds
-from kvrouter.adapters.vllm.hybrid import FULL_KINDS, WINDOW_KINDS, HybridBlocks, window_of
+from kvrouter.adapters.vllm.hybrid import (
+    FULL_KINDS,
+    STATE_KINDS,
+    WINDOW_KINDS,
+    HybridBlocks,
+    blocks_before_an_end,
+)
 from kvrouter.adapters.vllm.wire import (
     AllBlocksCleared,
     BlockHash,
@@ -133,6 +140,9 @@ class EventConverter:
                     out.append(Removed(ids, tier))
             elif event.placeholder:
                 self._skip("offload_placeholder")
+            elif hybrid is not None and event.kv_cache_spec_kind in STATE_KINDS:
+                ids = [engine_block_id(h) for h in event.block_hashes]
+                out += hybrid.holds(event.group_idx or 0, ids)
             else:
                 stored = self._stored(event, tier, worker)
                 if hybrid is not None:
@@ -153,11 +163,13 @@ class EventConverter:
         out: list[Event] = []
         if self.grouped and worker not in self.hybrids:
             self.forget(worker)
-            self.hybrids[worker] = HybridBlocks(self.block_size)
+            self.hybrids[worker] = HybridBlocks()
             out.append(Cleared())
         if worker in self.hybrids:
             groups = {
-                e.group_idx or 0: window_of(e.kv_cache_spec_kind, e.kv_cache_spec_sliding_window)
+                e.group_idx or 0: blocks_before_an_end(
+                    e.kv_cache_spec_kind, e.kv_cache_spec_sliding_window, self.block_size
+                )
                 for e in events
                 if isinstance(e, BlockStored)
             }
@@ -170,7 +182,7 @@ class EventConverter:
         self.offloaded.forget(worker)
         self.chains.forget(worker)
         if worker in self.hybrids:
-            self.hybrids[worker] = HybridBlocks(self.block_size)
+            self.hybrids[worker] = HybridBlocks()
 
     def _stored(self, event: BlockStored, tier: Tier, worker: int) -> list[Stored]:
         if event.block_size != self.block_size:

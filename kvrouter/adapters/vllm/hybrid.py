@@ -1,19 +1,23 @@
-"""Hybrid engines: KV cache groups of full attention and of a sliding
-window (or chunked local attention) side by side, each holding its own
-copy of a block under the same hash.
+"""Hybrid engines: KV cache groups of full attention beside groups of a
+sliding window, of mamba states (or of chunked local attention), each
+holding its own copy of a block under the same hash.
 
 vLLM reuses L blocks of a hybrid prefix when every full-attention group
-holds all L, and every sliding-window group of window w tokens holds the
-n = ceil((w - 1) / block_size) blocks before L (all L, when L < n); it
-reuses the largest such L (the fixed point its hybrid coordinator reaches
-by asking each group in turn). The router follows that rule exactly:
+holds all L, every sliding-window group of window w tokens holds the
+n = ceil((w - 1) / block_size) blocks before L (all L, when L < n), and
+every mamba group holds the state saved at block L; it reuses the largest
+such L (the fixed point its hybrid coordinator reaches by asking each group
+in turn). A mamba group is so a window of one block, whose events name only
+the blocks a state was saved at (in vLLM's "align" mode, where a chunk of
+the prefill ended on a block boundary). The router follows that rule
+exactly:
 
 - a block is indexed (Stored) once every full-attention group holds it and
   its parent is indexed, and leaves the index (Removed, with the blocks
   after it) when one of them drops it;
-- an indexed block whose window a sliding-window group lacks is marked as
-  no reusable end (EndsReusable), so the index counts a prefix only as far
-  as its deepest block whose window every such group holds.
+- an indexed block whose window a window group lacks is marked as no
+  reusable end (EndsReusable), so the index counts a prefix only as far as
+  its deepest block whose window every such group holds.
 
 Chunked local attention groups, and window groups whose events name no
 window, are held to the full-attention rule (every block of the prefix):
@@ -33,13 +37,19 @@ from kvrouter.events import EndsReusable, Event, Removed, Stored, Tier
 # Group kinds whose reuse holding a whole prefix guarantees.
 FULL_KINDS = (None, "full_attention", "mla_attention")
 SLIDING_KINDS = ("sliding_window", "sliding_window_mla")
-WINDOW_KINDS = (*SLIDING_KINDS, "chunked_local_attention")
+# Groups whose events name the blocks a state was saved at, not their tokens.
+STATE_KINDS = ("mamba",)
+WINDOW_KINDS = (*SLIDING_KINDS, *STATE_KINDS, "chunked_local_attention")
 
 
-def window_of(kind: str | None, sliding_window: int | None) -> int | None:
-    """A group's sliding window in tokens, as its events name it; None for a
-    group a reused prefix needs whole."""
-    return sliding_window if kind in SLIDING_KINDS else None
+def blocks_before_an_end(kind: str | None, sliding_window: int | None, block_size: int):
+    """How many blocks before the end of a reused prefix a group must hold,
+    as its events describe it; None for a group that needs the whole prefix."""
+    if kind in STATE_KINDS:
+        return 1
+    if kind in SLIDING_KINDS and sliding_window is not None:
+        return -(-(sliding_window - 1) // block_size)
+    return None
 
 
 @dataclass
@@ -52,10 +62,9 @@ class _Block:
 class HybridBlocks:
     """One worker's blocks per group, and what of them the index holds."""
 
-    def __init__(self, block_size: int) -> None:
-        self.block_size = block_size
+    def __init__(self) -> None:
         self.groups: dict[int, set[int]] = {}
-        # Per sliding-window group: the blocks it needs before an end.
+        # Per window group: the blocks it needs before an end.
         self.windows: dict[int, int] = {}
         # Blocks a group holds, and those before them while one is known.
         self.blocks: dict[int, _Block] = {}
@@ -65,15 +74,14 @@ class HybridBlocks:
         self.through: set[int] = set()
 
     def know(self, groups: dict[int, int | None]) -> list[Event]:
-        """The groups a batch stores in, each with its window (`window_of`),
+        """The groups a batch stores in, each with its `blocks_before_an_end`,
         before its events: what was indexed before a group was known is
         brought in line with it."""
         new = groups.keys() - self.groups.keys()
         for group in new:
             self.groups[group] = set()
-            window = groups[group]
-            if window is not None:
-                self.windows[group] = -(-(window - 1) // self.block_size)
+            if (window := groups[group]) is not None:
+                self.windows[group] = window
         return self._refresh(list(self.blocks)) if new else []
 
     def stored(self, group: int, runs: list[Stored]) -> list[Event]:
@@ -93,6 +101,12 @@ class HybridBlocks:
                 touched.append(block)
                 parent = block
         return out + self._refresh(touched)
+
+    def holds(self, group: int, blocks: list[int]) -> list[Event]:
+        """Blocks a mamba group saved a state at, by id alone."""
+        out = self.know({group: 1})
+        self.groups[group].update(blocks)
+        return out + self._refresh(blocks)
 
     def removed(self, group: int, blocks: list[int]) -> list[Event]:
         held = self.groups.get(group, set())
@@ -185,13 +199,13 @@ class HybridBlocks:
         )
 
     def _window_held(self, block: int) -> bool:
-        """Every sliding-window group holds the window that ends at `block`."""
+        """Every window group holds the window that ends at `block`."""
         for group, needed in self.windows.items():
             held, at = self.groups[group], block
             for _ in range(needed):
                 if at not in held:
                     return False
-                at = self.blocks[at].parent
+                at = self.blocks[at].parent if at in self.blocks else None
                 if at is None:
                     break
         return True
