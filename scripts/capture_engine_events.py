@@ -48,6 +48,7 @@ try:
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.kv_cache_interface import (
+        ChunkedLocalAttentionSpec,
         FullAttentionSpec,
         KVCacheConfig,
         KVCacheGroupSpec,
@@ -72,9 +73,23 @@ def full_spec() -> FullAttentionSpec:
 
 
 def manager(
-    num_blocks: int, *, sliding_window_blocks: int = 0, lookahead: int = 0, mamba: bool = False
+    num_blocks: int,
+    *,
+    sliding_window_blocks: int = 0,
+    chunk_blocks: int = 0,
+    lookahead: int = 0,
+    mamba: bool = False,
 ):
     groups = [KVCacheGroupSpec(["full"], full_spec())]
+    if chunk_blocks:
+        chunked = ChunkedLocalAttentionSpec(
+            block_size=BS,
+            num_kv_heads=1,
+            head_size=1,
+            dtype=torch.float32,
+            attention_chunk_size=chunk_blocks * BS,
+        )
+        groups.append(KVCacheGroupSpec(["chunked"], chunked))
     if mamba:
         # Prefix caching of mamba states needs vLLM's "align" mode: a state is
         # kept where a scheduled chunk ends on a block boundary.
@@ -456,6 +471,31 @@ def offload(self_describing: bool) -> dict:
     return {"engine": {}, "publishers": cap.finish(), "probes": probes}
 
 
+def hybrid_chunked() -> dict:
+    """A full-attention group beside a chunked local attention group of
+    2-block chunks; the chunk size comes from the engine's config."""
+    kv, cap = manager(40, chunk_blocks=2), Capture([0])
+    first, second, third = tokens(30, 5) + TAIL, tokens(31, 5) + TAIL, tokens(32, 5) + TAIL
+    chunked_ids = {}
+    for name, prompt in (("first", first), ("second", second), ("third", third)):
+        req = request(kv, prompt)
+        blocks, computed, _ = kv.get_computed_blocks(req)
+        kv.allocate_slots(req, len(prompt) - computed, computed, blocks)
+        chunked_ids[name] = kv.get_block_ids(req.request_id)[1]
+        kv.free(req)
+        cap.step(kv)
+    # The chunked group loses the second prompt's last block (in a chunk of
+    # its own) and the third's first (in an earlier chunk).
+    kv.evict_blocks({chunked_ids["second"][4], chunked_ids["third"][0]})
+    cap.step(kv)
+    probes = [
+        probe("chunked, first prompt", kv, first),
+        probe("chunked, second prompt, last chunk's block evicted", kv, second),
+        probe("chunked, third prompt, an earlier chunk's block evicted", kv, third),
+    ]
+    return {"engine": {"attention_chunk_size": 2 * BS}, "publishers": cap.finish(), "probes": probes}
+
+
 def hybrid_mamba() -> dict:
     """A full-attention group beside a mamba group: vLLM reuses a prefix
     only up to a block whose mamba state it kept, which in "align" mode is
@@ -484,6 +524,7 @@ SCENARIOS = {
     "cache_salt": cache_salt,
     "hybrid_sliding_window": hybrid,
     "hybrid_mamba": hybrid_mamba,
+    "hybrid_chunked_local": hybrid_chunked,
     "spec_decode_lookahead": lookahead,
     "dp_ranks_0_1": lambda: data_parallel(0),
     "dp_start_rank_1": lambda: data_parallel(1),

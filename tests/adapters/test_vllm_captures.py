@@ -28,6 +28,7 @@ SCENARIOS = (
     "cache_salt",
     "hybrid_sliding_window",
     "hybrid_mamba",
+    "hybrid_chunked_local",
     "spec_decode_lookahead",
     "dp_ranks_0_1",
     "dp_start_rank_1",

@@ -187,6 +187,10 @@ def test_engines_load_from_toml_with_dp_ranks(tmp_path):
         ({"engines": [{"name": "a", "endpoint": "tcp://h:1"}] * 2}, "unique"),
         ({"engines": [{"name": "", "endpoint": "tcp://h:1"}]}, "needs a name"),
         (
+            {"engines": [{"name": "a", "endpoint": "tcp://h:1", "attention_chunk_size": -1}]},
+            "attention_chunk_size must be >= 0",
+        ),
+        (
             {"engines": [{"name": "a", "endpoint": "tcp://h:1", "kv_transfer": "nixl"}]},
             "kv_transfer must be one of",
         ),

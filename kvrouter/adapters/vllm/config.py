@@ -17,6 +17,7 @@ adapters = ["sql"]                         # LoRA adapters it serves: "llama-3-8
 namespace = ""                             # cache salt its blocks hash with
 kv_transfer = "vllm"                       # split requests: none | vllm | sglang
 bootstrap_port = 8998                      # sglang prefill: its bootstrap port
+attention_chunk_size = 0                   # chunked local attention (Llama 4: 8192)
 ```
 
 Global DP rank r publishes on the endpoints' ports + r, as vLLM offsets
@@ -76,6 +77,10 @@ class EngineConfig:
     # engines name their --disaggregation-bootstrap-port.
     kv_transfer: str = KV_TRANSFER_NONE
     bootstrap_port: int = 0
+    # The model's chunked local attention chunk, in tokens (Llama 4's
+    # `attention_chunk_size`), which vLLM's events do not carry; 0: unknown,
+    # and a prefix counts only as far as a chunked group holds it whole.
+    attention_chunk_size: int = 0
     streams: tuple[Stream, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +102,8 @@ class EngineConfig:
             check_kv_transfer(OPENAI, self.kv_transfer, self.role, self.bootstrap_port)
         except ValueError as e:
             raise ValueError(f"engine {self.name}: {e}") from None
+        if self.attention_chunk_size < 0:
+            raise ValueError(f"engine {self.name}: attention_chunk_size must be >= 0")
         if self.data_parallel_size < 1:
             raise ValueError(f"engine {self.name}: data_parallel_size must be >= 1")
         if self.data_parallel_start_rank < 0:

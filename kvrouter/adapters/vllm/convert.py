@@ -55,7 +55,7 @@ from kvrouter.adapters.vllm.hybrid import (
     STATE_KINDS,
     WINDOW_KINDS,
     HybridBlocks,
-    blocks_before_an_end,
+    end_rule,
 )
 from kvrouter.adapters.vllm.wire import (
     AllBlocksCleared,
@@ -94,8 +94,16 @@ def engine_block_id(block_hash: BlockHash) -> int:
 class EventConverter:
     """Converts one engine's events; counts what it had to skip."""
 
-    def __init__(self, block_size: int, namespace: str = "", *, model: str = "") -> None:
+    def __init__(
+        self,
+        block_size: int,
+        namespace: str = "",
+        *,
+        model: str = "",
+        attention_chunk_size: int = 0,
+    ) -> None:
         self.block_size = block_size
+        self.attention_chunk_size = attention_chunk_size
         self.model = model
         self.salt = namespace
         self.namespace = model_namespace(model, namespace)
@@ -167,8 +175,11 @@ class EventConverter:
             out.append(Cleared())
         if worker in self.hybrids:
             groups = {
-                e.group_idx or 0: blocks_before_an_end(
-                    e.kv_cache_spec_kind, e.kv_cache_spec_sliding_window, self.block_size
+                e.group_idx or 0: end_rule(
+                    e.kv_cache_spec_kind,
+                    e.kv_cache_spec_sliding_window,
+                    self.block_size,
+                    self.attention_chunk_size,
                 )
                 for e in events
                 if isinstance(e, BlockStored)

@@ -19,9 +19,11 @@ exactly:
   reusable end (EndsReusable), so the index counts a prefix only as far as
   its deepest block whose window every such group holds.
 
-Chunked local attention groups, and window groups whose events name no
-window, are held to the full-attention rule (every block of the prefix):
-vLLM's events do not carry the chunk size the exact rule needs. That can
+A chunked local attention group of chunks of c tokens needs the blocks of
+L's last chunk before L (none when L ends a chunk). vLLM's events do not
+carry c: the engine's config names it (`attention_chunk_size`), and
+without it, as for a window group whose events name no window, the group
+is held to the full-attention rule (every block of the prefix), which can
 count less than vLLM reuses, never more. An engine of window groups only
 indexes every block a group holds, and those that lead to one.
 """
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvrouter.events import EndsReusable, Event, Removed, Stored, Tier
 
@@ -39,17 +41,53 @@ FULL_KINDS = (None, "full_attention", "mla_attention")
 SLIDING_KINDS = ("sliding_window", "sliding_window_mla")
 # Groups whose events name the blocks a state was saved at, not their tokens.
 STATE_KINDS = ("mamba",)
-WINDOW_KINDS = (*SLIDING_KINDS, *STATE_KINDS, "chunked_local_attention")
+CHUNKED_KINDS = ("chunked_local_attention",)
+WINDOW_KINDS = (*SLIDING_KINDS, *STATE_KINDS, *CHUNKED_KINDS)
 
 
-def blocks_before_an_end(kind: str | None, sliding_window: int | None, block_size: int):
-    """How many blocks before the end of a reused prefix a group must hold,
-    as its events describe it; None for a group that needs the whole prefix."""
+@dataclass(frozen=True)
+class EndRule:
+    """What a group must hold before the end of a reused prefix of L blocks:
+    the `window` blocks before it (all L when fewer); or, with chunks of
+    `chunk_tokens`, the blocks of L's last chunk; neither: all L."""
+
+    window: int | None = None
+    chunk_tokens: int | None = None
+    block_size: int = field(default=1, compare=False)
+
+    @property
+    def whole(self) -> bool:
+        return self.window is None and self.chunk_tokens is None
+
+    @property
+    def span(self) -> int:
+        """How many blocks after a block its holding decides an end for."""
+        if self.window is not None:
+            return self.window
+        return -(-(self.chunk_tokens or 0) // self.block_size)
+
+    def needed(self, length: int) -> int:
+        if self.window is not None:
+            return self.window
+        chunk_start = length * self.block_size // self.chunk_tokens * self.chunk_tokens
+        return length - chunk_start // self.block_size
+
+
+def end_rule(
+    kind: str | None, sliding_window: int | None, block_size: int, chunk_tokens: int = 0
+) -> EndRule:
+    """A group's EndRule, from its events' kind and window, and the engine's
+    chunk size (0: not known)."""
     if kind in STATE_KINDS:
-        return 1
+        return EndRule(window=1)
     if kind in SLIDING_KINDS and sliding_window is not None:
-        return -(-(sliding_window - 1) // block_size)
-    return None
+        return EndRule(window=-(-(sliding_window - 1) // block_size))
+    if kind in CHUNKED_KINDS and chunk_tokens:
+        return EndRule(chunk_tokens=chunk_tokens, block_size=block_size)
+    return EndRule()
+
+
+WHOLE = EndRule()
 
 
 @dataclass
@@ -64,8 +102,8 @@ class HybridBlocks:
 
     def __init__(self) -> None:
         self.groups: dict[int, set[int]] = {}
-        # Per window group: the blocks it needs before an end.
-        self.windows: dict[int, int] = {}
+        # What each group that does not need a whole prefix needs before an end.
+        self.windows: dict[int, EndRule] = {}
         # Blocks a group holds, and those before them while one is known.
         self.blocks: dict[int, _Block] = {}
         self.children: dict[int | None, set[int]] = {}
@@ -73,20 +111,20 @@ class HybridBlocks:
         # Indexed blocks marked as no reusable end.
         self.through: set[int] = set()
 
-    def know(self, groups: dict[int, int | None]) -> list[Event]:
-        """The groups a batch stores in, each with its `blocks_before_an_end`,
-        before its events: what was indexed before a group was known is
-        brought in line with it."""
+    def know(self, groups: dict[int, EndRule]) -> list[Event]:
+        """The groups a batch stores in, each with its EndRule, before its
+        events: what was indexed before a group was known is brought in
+        line with it."""
         new = groups.keys() - self.groups.keys()
         for group in new:
             self.groups[group] = set()
-            if (window := groups[group]) is not None:
-                self.windows[group] = window
+            if not groups[group].whole:
+                self.windows[group] = groups[group]
         return self._refresh(list(self.blocks)) if new else []
 
     def stored(self, group: int, runs: list[Stored]) -> list[Event]:
         """A group's blocks, as the converter made them (namespaced)."""
-        out = self.know({group: None})
+        out = self.know({group: WHOLE})
         held = self.groups[group]
         touched: list[int] = []
         for run in runs:
@@ -104,7 +142,7 @@ class HybridBlocks:
 
     def holds(self, group: int, blocks: list[int]) -> list[Event]:
         """Blocks a mamba group saved a state at, by id alone."""
-        out = self.know({group: 1})
+        out = self.know({group: EndRule(window=1)})
         self.groups[group].update(blocks)
         return out + self._refresh(blocks)
 
@@ -142,7 +180,7 @@ class HybridBlocks:
 
         Blocks are settled in order of depth, so a parent is settled before
         its children."""
-        span = max(self.windows.values(), default=0)
+        span = max((rule.span for rule in self.windows.values()), default=0)
         depth = _Depths(self.blocks)
         levels: dict[int, int] = {}
         heap: list[tuple[int, int]] = []
@@ -177,7 +215,8 @@ class HybridBlocks:
                 self.indexed.discard(block)
                 self.through.discard(block)
                 removed.append(block)
-            if now and (through := not self._window_held(block)) != (block in self.through):
+            held = now and self._window_held(block, depth(block) + 1)
+            if now and (through := not held) != (block in self.through):
                 (self.through.add if through else self.through.discard)(block)
                 ends[not through].append(block)
             level = levels[block] + 1
@@ -198,11 +237,12 @@ class HybridBlocks:
             and (found.parent is None or found.parent in self.indexed)
         )
 
-    def _window_held(self, block: int) -> bool:
-        """Every window group holds the window that ends at `block`."""
-        for group, needed in self.windows.items():
+    def _window_held(self, block: int, length: int) -> bool:
+        """Every window group holds what it needs before an end at `block`,
+        the `length`th block of its sequence."""
+        for group, rule in self.windows.items():
             held, at = self.groups[group], block
-            for _ in range(needed):
+            for _ in range(rule.needed(length)):
                 if at not in held:
                     return False
                 at = self.blocks[at].parent if at in self.blocks else None

@@ -53,7 +53,12 @@ class EngineSubscriber:
             raise RuntimeError("already started")
         self._ctx = zmq.asyncio.Context()
         for engine in self.engines:
-            converter = EventConverter(self.block_size, engine.namespace, model=engine.model)
+            converter = EventConverter(
+                self.block_size,
+                engine.namespace,
+                model=engine.model,
+                attention_chunk_size=engine.attention_chunk_size,
+            )
             self.converters[engine.name] = converter
             for stream in engine.streams:
                 sock = self._ctx.socket(zmq.SUB)
