@@ -493,7 +493,8 @@ def hybrid_chunked() -> dict:
         probe("chunked, second prompt, last chunk's block evicted", kv, second),
         probe("chunked, third prompt, an earlier chunk's block evicted", kv, third),
     ]
-    return {"engine": {"attention_chunk_size": 2 * BS}, "publishers": cap.finish(), "probes": probes}
+    engine = {"attention_chunk_size": 2 * BS}
+    return {"engine": engine, "publishers": cap.finish(), "probes": probes}
 
 
 def hybrid_mamba() -> dict:
