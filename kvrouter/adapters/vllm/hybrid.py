@@ -182,6 +182,7 @@ class HybridBlocks:
         its children."""
         span = max((rule.span for rule in self.windows.values()), default=0)
         depth = _Depths(self.blocks)
+        runs = {group: _HeldRuns(self.blocks, self.groups[group]) for group in self.windows}
         levels: dict[int, int] = {}
         heap: list[tuple[int, int]] = []
 
@@ -215,7 +216,11 @@ class HybridBlocks:
                 self.indexed.discard(block)
                 self.through.discard(block)
                 removed.append(block)
-            held = now and self._window_held(block, depth(block) + 1)
+            length = depth(block) + 1
+            held = now and all(
+                runs[group](block) >= min(rule.needed(length), length)
+                for group, rule in self.windows.items()
+            )
             if now and (through := not held) != (block in self.through):
                 (self.through.add if through else self.through.discard)(block)
                 ends[not through].append(block)
@@ -237,18 +242,26 @@ class HybridBlocks:
             and (found.parent is None or found.parent in self.indexed)
         )
 
-    def _window_held(self, block: int, length: int) -> bool:
-        """Every window group holds what it needs before an end at `block`,
-        the `length`th block of its sequence."""
-        for group, rule in self.windows.items():
-            held, at = self.groups[group], block
-            for _ in range(rule.needed(length)):
-                if at not in held:
-                    return False
-                at = self.blocks[at].parent if at in self.blocks else None
-                if at is None:
-                    break
-        return True
+
+class _HeldRuns:
+    """How many blocks in a row, back from a block, a group holds, memoized."""
+
+    def __init__(self, blocks: dict[int, _Block], held: set[int]) -> None:
+        self.blocks = blocks
+        self.held = held
+        self.known: dict[int, int] = {}
+
+    def __call__(self, block: int) -> int:
+        chain: list[int] = []
+        at: int | None = block
+        while at in self.held and at not in self.known:
+            chain.append(at)
+            at = self.blocks[at].parent if at in self.blocks else None
+        run = self.known.get(at, 0) if at is not None else 0
+        for b in reversed(chain):
+            run += 1
+            self.known[b] = run
+        return self.known.get(block, 0)
 
 
 class _Depths:
