@@ -73,6 +73,9 @@ class EndRule:
         return length - chunk_start // self.block_size
 
 
+WHOLE = EndRule()
+
+
 def end_rule(
     kind: str | None, sliding_window: int | None, block_size: int, chunk_tokens: int = 0
 ) -> EndRule:
@@ -84,10 +87,7 @@ def end_rule(
         return EndRule(window=-(-(sliding_window - 1) // block_size))
     if kind in CHUNKED_KINDS and chunk_tokens:
         return EndRule(chunk_tokens=chunk_tokens, block_size=block_size)
-    return EndRule()
-
-
-WHOLE = EndRule()
+    return WHOLE
 
 
 @dataclass
