@@ -53,9 +53,10 @@ fn check_non_negative(tokens: &[i32]) -> PyResult<()> {
 
 impl Tokens {
     pub fn extract(obj: &Bound<'_, PyAny>) -> PyResult<Tokens> {
-        if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
-            let tokens: Vec<u32> = obj
-                .extract()
+        if let Some(tokens) = list_of(obj, |value| u32::try_from(value).ok()) {
+            // Ints that are not Python ints (numpy scalars) take the generic path.
+            let tokens = tokens
+                .or_else(|_| obj.extract::<Vec<u32>>())
                 .map_err(|_| PyValueError::new_err("token ids must be integers in [0, 2**32)"))?;
             return Ok(Tokens(TokenSource::Owned(tokens)));
         }
@@ -132,10 +133,14 @@ impl Tokens {
     }
 }
 
-/// The ints of a list or tuple, read straight off the C API: PyO3's generic
-/// sequence extraction costs several times more per element. None when
-/// `obj` is neither.
-fn list_of_u64(obj: &Bound<'_, PyAny>) -> Option<PyResult<Vec<u64>>> {
+/// The ints of a list or tuple, read straight off the C API (PyO3's generic
+/// sequence extraction costs several times more per element), each made a
+/// `T` by `narrow` (None: out of T's range, an error). None when `obj` is
+/// neither a list nor a tuple.
+fn list_of<T>(
+    obj: &Bound<'_, PyAny>,
+    narrow: impl Fn(u64) -> Option<T>,
+) -> Option<PyResult<Vec<T>>> {
     let (len, get_item): (isize, unsafe extern "C" fn(_, _) -> _) =
         if let Ok(list) = obj.cast::<PyList>() {
             (list.len() as isize, ffi::PyList_GetItem)
@@ -155,15 +160,20 @@ fn list_of_u64(obj: &Bound<'_, PyAny>) -> Option<PyResult<Vec<u64>>> {
                 return Some(Err(error));
             }
         }
-        values.push(value);
+        match narrow(value) {
+            Some(value) => values.push(value),
+            None => return Some(Err(out_of_range(value))),
+        }
     }
     Some(Ok(values))
 }
 
 /// Block hashes (u64) from a list of ints or a uint64/int64 buffer.
 pub fn extract_hashes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
-    if let Some(values) = list_of_u64(obj) {
-        return values.map_err(|_| PyTypeError::new_err("block hashes must be ints in [0, 2**64)"));
+    if let Some(values) = list_of(obj, Some) {
+        return values
+            .or_else(|_| obj.extract::<Vec<u64>>())
+            .map_err(|_| PyTypeError::new_err("block hashes must be ints in [0, 2**64)"));
     }
     if let Ok(buffer) = PyBuffer::<u64>::get(obj) {
         return buffer.to_vec(obj.py());

@@ -59,8 +59,9 @@ def test_partial_last_block_is_not_hashed():
         lambda t: np.asarray(t, dtype=np.int64),
         lambda t: np.asarray(t, dtype="<u4").tobytes(),
         lambda t: np.repeat(np.asarray(t, dtype=np.uint32), 2)[::2],
+        lambda t: list(np.asarray(t, dtype=np.int64)),
     ],
-    ids=["list", "tuple", "array", "uint32", "int32", "int64", "bytes", "strided"],
+    ids=["list", "tuple", "array", "uint32", "int32", "int64", "bytes", "strided", "numpy ints"],
 )
 def test_every_input_type_hashes_the_same(make):
     tokens = list(range(70))
@@ -80,6 +81,8 @@ def test_namespaces_separate_caches():
         (np.zeros(32, dtype=np.float32), TypeError, "dtype float32"),
         ("not tokens", TypeError, "got str"),
         ([1, -2, 3], ValueError, "integers in"),
+        ([1, 2**32], ValueError, "integers in"),
+        ([1, 2.0], ValueError, "integers in"),
         (np.array([1, -2], dtype=np.int32), ValueError, "outside"),
         (np.array([2**40], dtype=np.int64), ValueError, "outside"),
         (b"\x00\x01\x02", ValueError, "whole little-endian"),
