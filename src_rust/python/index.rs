@@ -169,7 +169,7 @@ impl PyPrefixIndex {
     }
 
     /// Applies batch `seq` of `worker_id`'s events. A malformed event raises
-    /// ValueError; with `strict`, removing or extending a block the worker
+    /// ValueError; with `strict`, removing, marking or extending a block the worker
     /// does not hold raises KeyError. Either way nothing is applied.
     #[pyo3(signature = (worker_id, seq, events, *, strict = false))]
     fn apply(
