@@ -32,6 +32,9 @@ pub struct PrefixTree {
     approx_expiry: FxHashMap<(SeqHash, u32), u64>,
     /// Expiries in time order; an entry is stale when `approx_expiry` disagrees.
     approx_queue: BinaryHeap<Reverse<(u64, SeqHash, u32)>>,
+    /// Set once any block is marked through-only: until then lookups skip
+    /// the checks for it.
+    ends_marked: bool,
 }
 
 /// Where a started batch's events go: the worker's slot, as long as it is
@@ -50,25 +53,41 @@ pub enum Started {
 }
 
 /// A worker still matching during a lookup, with the tier run it is in,
-/// and, while its blocks are through-only, its depths at the last end a
-/// prefix could stop at.
-#[derive(Copy, Clone)]
+/// and whether its blocks are through-only since the last end a prefix
+/// could stop at (whose depths [`Ends`] keeps).
 struct Matching {
     slot: u32,
     tier: Tier,
+    through: bool,
     run_start: u32,
     depths: TierDepths,
-    last_end: Option<TierDepths>,
+}
+
+/// The depths at their last reusable end of the workers in a through-only
+/// run: out of [`Matching`], which stays small, as only hybrid engines'
+/// blocks are ever through-only.
+#[derive(Default)]
+struct Ends(Vec<(u32, TierDepths)>);
+
+impl Ends {
+    fn take(&mut self, slot: u32) -> TierDepths {
+        let at = self.0.iter().position(|(s, _)| *s == slot);
+        at.map_or_else(TierDepths::default, |at| self.0.swap_remove(at).1)
+    }
 }
 
 impl Matching {
-    fn new(holding: Holding) -> Self {
+    fn new(holding: Holding, ends: &mut Ends) -> Self {
+        let through = holding.is_through_only();
+        if through {
+            ends.0.push((holding.slot(), TierDepths::default()));
+        }
         Matching {
             slot: holding.slot(),
             tier: holding.tiers().best(),
+            through,
             run_start: 0,
             depths: TierDepths::default(),
-            last_end: holding.is_through_only().then(TierDepths::default),
         }
     }
 
@@ -78,26 +97,33 @@ impl Matching {
     }
 
     /// From block `at` on, the worker holds blocks as `holding` does.
-    fn follow(&mut self, holding: Holding, at: u32) {
+    fn follow<const ENDS: bool>(&mut self, holding: Holding, at: u32, ends: &mut Ends) {
         let tier = holding.tiers().best();
         if tier != self.tier {
             self.close_run(at);
             self.tier = tier;
         }
-        match (holding.is_through_only(), self.last_end.is_some()) {
-            (true, false) => {
+        if ENDS && holding.is_through_only() != self.through {
+            self.through = !self.through;
+            if self.through {
                 self.close_run(at);
-                self.last_end = Some(self.depths);
+                ends.0.push((self.slot, self.depths));
+            } else {
+                ends.take(self.slot);
             }
-            (false, true) => self.last_end = None,
-            _ => {}
         }
     }
 
-    /// The reusable prefix, once the worker's match ended at block `end`.
-    fn finish(mut self, end: u32) -> (u32, TierDepths) {
+    /// The reusable prefix, once the worker's match ended at block `end`;
+    /// None when it has none.
+    fn finish(&mut self, end: u32, ends: &mut Ends) -> Option<(u32, TierDepths)> {
         self.close_run(end);
-        (self.slot, self.last_end.unwrap_or(self.depths))
+        if !self.through {
+            // It held the first block at least.
+            return Some((self.slot, self.depths));
+        }
+        let depths = ends.take(self.slot);
+        (depths.total() > 0).then_some((self.slot, depths))
     }
 }
 
@@ -114,6 +140,7 @@ impl PrefixTree {
             pruned: 0,
             approx_expiry: FxHashMap::default(),
             approx_queue: BinaryHeap::new(),
+            ends_marked: false,
         }
     }
 
@@ -244,9 +271,20 @@ impl PrefixTree {
     /// Per worker, the length of the longest cached prefix of `seq_hashes`.
     /// With `early_exit`, stops once a single worker is left matching.
     pub fn find_matches(&self, seq_hashes: &[SeqHash], early_exit: bool) -> OverlapScores {
+        if self.ends_marked {
+            self.find::<true>(seq_hashes, early_exit)
+        } else {
+            self.find::<false>(seq_hashes, early_exit)
+        }
+    }
+
+    /// [`PrefixTree::find_matches`], with through-only blocks read (`ENDS`)
+    /// or known to be none.
+    fn find<const ENDS: bool>(&self, seq_hashes: &[SeqHash], early_exit: bool) -> OverlapScores {
         let tick = self.tick();
         let mut matching: Vec<Matching> = Vec::new();
         let mut done: Vec<(u32, TierDepths)> = Vec::new();
+        let mut ends = Ends::default();
         let mut current_set = SetId::EMPTY;
         let mut previous: Option<u32> = None;
         let mut matched = 0u32;
@@ -264,16 +302,19 @@ impl PrefixTree {
             if node.owners != current_set {
                 let holdings = self.sets.holdings(node.owners);
                 if i == 0 {
-                    matching = holdings.iter().copied().map(Matching::new).collect();
+                    matching = holdings
+                        .iter()
+                        .map(|&h| Matching::new(h, &mut ends))
+                        .collect();
                 } else {
                     matching.retain_mut(|m| {
                         match holdings.binary_search_by_key(&m.slot, |h| h.slot()) {
                             Ok(j) => {
-                                m.follow(holdings[j], i);
+                                m.follow::<ENDS>(holdings[j], i, &mut ends);
                                 true
                             }
                             Err(_) => {
-                                done.push(m.finish(i));
+                                done.extend(m.finish(i, &mut ends));
                                 false
                             }
                         }
@@ -290,9 +331,9 @@ impl PrefixTree {
                 break;
             }
         }
-        done.extend(matching.into_iter().map(|m| m.finish(matched)));
-        // A worker whose every block so far is through-only holds no prefix.
-        done.retain(|(_, depths)| depths.total() > 0);
+        for mut m in matching {
+            done.extend(m.finish(matched, &mut ends));
+        }
         done.sort_unstable_by_key(|(slot, _)| *slot);
         let scores = done
             .into_iter()
@@ -554,6 +595,7 @@ impl PrefixTree {
         let seq = self.arena.node(index).seq;
         let held = self.sets.get(self.arena.node(index).owners, slot);
         if let Some(held) = held.filter(|held| !held.is_approximate()) {
+            self.ends_marked |= !reusable;
             self.put_holding(seq, held.through_only(!reusable), self.tick());
         }
     }
@@ -680,6 +722,7 @@ impl PrefixTree {
 
     /// Adds one confirmed holding read from a snapshot.
     pub(crate) fn restore_holding(&mut self, seq: SeqHash, holding: Holding) {
+        self.ends_marked |= holding.is_through_only();
         if self.put_holding(seq, holding, 0).is_none() {
             self.workers.state_mut(holding.slot()).blocks += 1;
         }
