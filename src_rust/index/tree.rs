@@ -77,8 +77,8 @@ impl Ends {
 }
 
 impl Matching {
-    fn new(holding: Holding, ends: &mut Ends) -> Self {
-        let through = holding.is_through_only();
+    fn new<const ENDS: bool>(holding: Holding, ends: &mut Ends) -> Self {
+        let through = ENDS && holding.is_through_only();
         if through {
             ends.0.push((holding.slot(), TierDepths::default()));
         }
@@ -114,16 +114,24 @@ impl Matching {
         }
     }
 
-    /// The reusable prefix, once the worker's match ended at block `end`;
-    /// None when it has none.
-    fn finish(&mut self, end: u32, ends: &mut Ends) -> Option<(u32, TierDepths)> {
+    /// Adds the worker's reusable prefix to `done`, once its match ended at
+    /// block `end`; nothing when it has none.
+    fn finish<const ENDS: bool>(
+        &mut self,
+        end: u32,
+        ends: &mut Ends,
+        done: &mut Vec<(u32, TierDepths)>,
+    ) {
         self.close_run(end);
-        if !self.through {
+        if !ENDS || !self.through {
             // It held the first block at least.
-            return Some((self.slot, self.depths));
+            done.push((self.slot, self.depths));
+            return;
         }
         let depths = ends.take(self.slot);
-        (depths.total() > 0).then_some((self.slot, depths))
+        if depths.total() > 0 {
+            done.push((self.slot, depths));
+        }
     }
 }
 
@@ -304,7 +312,7 @@ impl PrefixTree {
                 if i == 0 {
                     matching = holdings
                         .iter()
-                        .map(|&h| Matching::new(h, &mut ends))
+                        .map(|&h| Matching::new::<ENDS>(h, &mut ends))
                         .collect();
                 } else {
                     matching.retain_mut(|m| {
@@ -314,7 +322,7 @@ impl PrefixTree {
                                 true
                             }
                             Err(_) => {
-                                done.extend(m.finish(i, &mut ends));
+                                m.finish::<ENDS>(i, &mut ends, &mut done);
                                 false
                             }
                         }
@@ -332,7 +340,7 @@ impl PrefixTree {
             }
         }
         for mut m in matching {
-            done.extend(m.finish(matched, &mut ends));
+            m.finish::<ENDS>(matched, &mut ends, &mut done);
         }
         done.sort_unstable_by_key(|(slot, _)| *slot);
         let scores = done
