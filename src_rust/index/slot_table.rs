@@ -1,52 +1,51 @@
 //! A hash table from a 64-bit key to an arena slot, built for indexes that
-//! outgrow the CPU cache. Each entry is 8 bytes, 32 bits of the key's hash
-//! (its tag) over the slot, so a probe reads one cache line, not a control
-//! byte line and then a bucket line. An entry's home is the top bits of its
-//! tag, and each run of entries is kept sorted by tag (ordered linear
-//! probing): a lookup stops at the first larger tag, and growing the table
-//! is a sequential pass that never reads the keys.
+//! outgrow the CPU cache. Each entry is 8 bytes, the slot and 32 bits of the
+//! key's hash (its tag), so a probe reads one cache line, not a control byte
+//! line and then a bucket line. Within a shard an entry's home is the tag's
+//! top bits, and each run of entries is kept sorted by tag (ordered linear
+//! probing): a lookup stops at the first larger tag, and growing a shard is
+//! one sequential pass that never reads the keys.
 //!
-//! Growth is spread over inserts. Once the table is 3/4 full a table of
-//! twice the homes is allocated (zeroed pages, which a free entry is, so
-//! nothing is written up front), and each insert moves the next `STEP` old
-//! positions into it, whole runs at a time. An old home below the cursor
-//! `moved` has been moved, so every key lives in exactly one of the two
-//! tables and a lookup probes one: which is a comparison with the cursor.
-//! By the time the move ends the old table has taken at most 1/8 more
-//! entries, so it never passes 7/8 full.
+//! The low bits of the tag pick one of `SHARDS` tables. Uniform keys fill
+//! them at one rate, so each grows at its own load (`grow_load`), from 7/8
+//! down to 7/8 of 1/√2: the doublings of a growing table spread over the
+//! growth from 0.62 to 0.88 of a power of two instead of landing on one
+//! insert, and each moves a thirty-second of the table.
 
-/// A free entry: no tag, and the complement of slot `u32::MAX`.
-const FREE: u64 = 0;
+const EMPTY: u32 = u32::MAX;
 /// Entries past the last home, so that no run wraps around.
 const TAIL: usize = 64;
-/// Old positions moved into the doubled table per insert while growing:
-/// the move takes a quarter as many inserts as the old table has homes.
-const STEP: usize = 4;
+const SHARD_BITS: u32 = 5;
+const SHARDS: usize = 1 << SHARD_BITS;
+/// The fewest homes an allocated shard has.
+const MIN_BITS: u32 = 4;
 
-fn entry(tag: u32, slot: u32) -> u64 {
-    u64::from(tag) << 32 | u64::from(!slot)
+#[derive(Copy, Clone)]
+struct Entry {
+    tag: u32,
+    slot: u32,
 }
 
-fn tag_of_entry(e: u64) -> u32 {
-    (e >> 32) as u32
+const FREE: Entry = Entry {
+    tag: 0,
+    slot: EMPTY,
+};
+
+struct Shard {
+    entries: Vec<Entry>,
+    /// log2 of the number of homes; 0, with one free entry, while nothing
+    /// is allocated.
+    bits: u32,
+    /// 32 - bits: a home is the tag shifted right by it.
+    shift: u32,
+    len: usize,
+    /// The load, in 1/2^16, past which this shard doubles.
+    grow_load: u64,
 }
 
-fn slot_of(e: u64) -> u32 {
-    !(e as u32)
-}
-
-/// Whether a probe for the tag whose largest entry is `last` stops at `e`:
-/// a free entry or a larger tag. A free entry (0) wraps to the largest
-/// value, so this is one comparison.
-#[inline]
-fn ends_run(e: u64, last: u64) -> bool {
-    e.wrapping_sub(1) >= last
-}
-
-/// The smallest and largest entry with tag `tag`.
-fn tag_range(tag: u32) -> (u64, u64) {
-    let first = u64::from(tag) << 32;
-    (first, first | u64::from(u32::MAX))
+pub struct SlotTable {
+    shards: Vec<Shard>,
+    len: usize,
 }
 
 /// The tag of a key hash: its top 32 bits.
@@ -54,25 +53,150 @@ fn tag_of(hash: u64) -> u32 {
     (hash >> 32) as u32
 }
 
-fn home(tag: u32, bits: u32) -> usize {
-    (u64::from(tag) >> (32 - bits)) as usize
+fn shard_of(tag: u32) -> usize {
+    (tag as usize) & (SHARDS - 1)
 }
 
-/// A table of 2^bits homes, all free, in zeroed pages.
-fn free_entries(bits: u32) -> Vec<u64> {
-    vec![FREE; (1usize << bits) + TAIL]
+/// Shard `i`'s growth load: 7/8 · 2^(-i / 2·SHARDS), in 1/2^16.
+fn grow_load(i: usize) -> u64 {
+    let load = 0.875 * (-(i as f64) / (2 * SHARDS) as f64).exp2();
+    (load * 65_536.0) as u64
 }
 
-#[derive(Default)]
-pub struct SlotTable {
-    entries: Vec<u64>,
-    /// log2 of the number of homes of `entries`; 0 while nothing is allocated.
-    bits: u32,
-    /// While growing, the table of twice the homes; empty otherwise.
-    grown: Vec<u64>,
-    /// The old homes below this live in `grown`; 0 while not growing.
-    moved: usize,
-    len: usize,
+impl Default for SlotTable {
+    fn default() -> Self {
+        SlotTable {
+            shards: (0..SHARDS)
+                .map(|i| Shard {
+                    entries: vec![FREE],
+                    shift: 32,
+                    bits: 0,
+                    len: 0,
+                    grow_load: grow_load(i),
+                })
+                .collect(),
+            len: 0,
+        }
+    }
+}
+
+impl Shard {
+    fn home(&self, tag: u32) -> usize {
+        (u64::from(tag) >> self.shift) as usize
+    }
+
+    /// Whether `len` entries fit 2^bits homes at this shard's growth load.
+    fn fits(&self, len: usize, bits: u32) -> bool {
+        (len as u64) << 16 <= self.grow_load << bits
+    }
+
+    /// The entries from `tag`'s home on; none while nothing is allocated.
+    fn from_home(&self, tag: u32) -> &[Entry] {
+        &self.entries[self.home(tag)..]
+    }
+
+    fn insert(&mut self, tag: u32, slot: u32) {
+        if self.bits == 0 || !self.fits(self.len + 1, self.bits) {
+            self.resize(self.bits.max(MIN_BITS - 1) + 1);
+        }
+        loop {
+            let start = self.home(tag);
+            let place = start
+                + self.entries[start..]
+                    .iter()
+                    .position(|e| e.slot == EMPTY || e.tag > tag)
+                    .expect("the last entry is always free");
+            let free = place
+                + self.entries[place..]
+                    .iter()
+                    .position(|e| e.slot == EMPTY)
+                    .expect("the last entry is always free");
+            if free + 1 == self.entries.len() {
+                self.resize(self.bits + 1);
+                continue;
+            }
+            self.entries.copy_within(place..free, place + 1);
+            self.entries[place] = Entry { tag, slot };
+            self.len += 1;
+            return;
+        }
+    }
+
+    fn remove(&mut self, tag: u32, slot: u32) -> bool {
+        let start = self.home(tag);
+        let Some(at) = self.entries[start..]
+            .iter()
+            .take_while(|e| e.slot != EMPTY && e.tag <= tag)
+            .position(|e| e.tag == tag && e.slot == slot)
+        else {
+            return false;
+        };
+        let mut hole = start + at;
+        // Backward shift: pull displaced followers one step toward home.
+        loop {
+            let next = self.entries[hole + 1];
+            if next.slot == EMPTY || self.home(next.tag) > hole {
+                break;
+            }
+            self.entries[hole] = next;
+            hole += 1;
+        }
+        self.entries[hole] = FREE;
+        self.len -= 1;
+        true
+    }
+
+    fn live(&self) -> impl Iterator<Item = Entry> + '_ {
+        self.entries.iter().copied().filter(|e| e.slot != EMPTY)
+    }
+
+    fn remap(&mut self, remap: impl Fn(u32) -> Option<u32>) {
+        let kept: Vec<Entry> = self
+            .live()
+            .filter_map(|e| remap(e.slot).map(|slot| Entry { tag: e.tag, slot }))
+            .collect();
+        let mut bits = MIN_BITS;
+        while !self.fits(kept.len(), bits) {
+            bits += 1;
+        }
+        if kept.is_empty() {
+            bits = 0;
+        }
+        self.rebuild(bits, kept.into_iter());
+    }
+
+    fn resize(&mut self, bits: u32) {
+        let old = std::mem::take(&mut self.entries);
+        self.rebuild(bits, old.into_iter().filter(|e| e.slot != EMPTY));
+    }
+
+    /// Lays `entries`, in tag order, into a shard of 2^bits homes: each goes
+    /// to its home or just after the one before, in one pass.
+    fn rebuild(&mut self, bits: u32, entries: impl Iterator<Item = Entry> + Clone) {
+        let mut bits = bits;
+        'sized: loop {
+            self.bits = bits;
+            self.shift = 32 - bits;
+            self.entries = if bits == 0 {
+                vec![FREE]
+            } else {
+                vec![FREE; (1usize << bits) + TAIL]
+            };
+            self.len = 0;
+            let mut next = 0usize;
+            for entry in entries.clone() {
+                let at = next.max(self.home(entry.tag));
+                if at + 1 >= self.entries.len() {
+                    bits += 1;
+                    continue 'sized;
+                }
+                self.entries[at] = entry;
+                self.len += 1;
+                next = at + 1;
+            }
+            return;
+        }
+    }
 }
 
 impl SlotTable {
@@ -81,29 +205,20 @@ impl SlotTable {
         self.len
     }
 
-    /// The entries from `tag`'s home on, in the table that holds it (none
-    /// while nothing is allocated: home 0 of an empty table).
-    #[inline]
-    fn from_home(&self, tag: u32) -> &[u64] {
-        let old = home(tag, self.bits);
-        if old < self.moved {
-            &self.grown[home(tag, self.bits + 1)..]
-        } else {
-            &self.entries[old..]
-        }
+    fn shard(&self, tag: u32) -> &Shard {
+        &self.shards[shard_of(tag)]
     }
 
     /// The slot stored under `hash` for which `eq` holds.
     #[inline]
     pub fn find(&self, hash: u64, eq: impl Fn(u32) -> bool) -> Option<u32> {
         let tag = tag_of(hash);
-        let (first, last) = tag_range(tag);
-        for &e in self.from_home(tag) {
-            if ends_run(e, last) {
+        for entry in self.shard(tag).from_home(tag) {
+            if entry.slot == EMPTY || entry.tag > tag {
                 return None;
             }
-            if e >= first && eq(slot_of(e)) {
-                return Some(slot_of(e));
+            if entry.tag == tag && eq(entry.slot) {
+                return Some(entry.slot);
             }
         }
         None
@@ -113,8 +228,9 @@ impl SlotTable {
     /// loop over known keys waits for memory once per several keys.
     #[inline]
     pub fn prefetch(&self, hash: u64) {
-        if let Some(e) = self.from_home(tag_of(hash)).first() {
-            prefetch(e);
+        let tag = tag_of(hash);
+        if let Some(entry) = self.shard(tag).from_home(tag).first() {
+            prefetch(entry);
         }
     }
 
@@ -123,183 +239,44 @@ impl SlotTable {
     #[inline]
     pub fn candidates(&self, hash: u64) -> impl Iterator<Item = u32> + '_ {
         let tag = tag_of(hash);
-        let (first, last) = tag_range(tag);
-        self.from_home(tag)
+        self.shard(tag)
+            .from_home(tag)
             .iter()
-            .take_while(move |&&e| !ends_run(e, last))
-            .filter(move |&&e| e >= first)
-            .map(|&e| slot_of(e))
+            .take_while(move |e| e.slot != EMPTY && e.tag <= tag)
+            .filter(move |e| e.tag == tag)
+            .map(|e| e.slot)
     }
 
     /// Adds `slot` under `hash`; the caller knows it is not there yet.
     pub fn insert(&mut self, hash: u64, slot: u32) {
-        debug_assert!(slot != u32::MAX);
-        if self.bits == 0 {
-            self.rebuild(4, std::iter::empty());
-        } else if !self.grown.is_empty() {
-            self.move_runs(STEP);
-        } else if (self.len + 1) * 4 > 3 << self.bits {
-            self.grown = free_entries(self.bits + 1);
-            self.move_runs(STEP);
-        }
+        debug_assert!(slot != EMPTY);
         let tag = tag_of(hash);
-        let last = tag_range(tag).1;
-        loop {
-            let old = home(tag, self.bits);
-            let (entries, start) = if old < self.moved {
-                (&mut self.grown, home(tag, self.bits + 1))
-            } else {
-                (&mut self.entries, old)
-            };
-            let place = start
-                + entries[start..]
-                    .iter()
-                    .position(|&e| ends_run(e, last))
-                    .expect("the last entry is always free");
-            let free = place
-                + entries[place..]
-                    .iter()
-                    .position(|&e| e == FREE)
-                    .expect("the last entry is always free");
-            if free + 1 == entries.len() {
-                self.resize(self.bits + 1);
-                continue;
-            }
-            entries.copy_within(place..free, place + 1);
-            entries[place] = entry(tag, slot);
-            self.len += 1;
-            return;
-        }
-    }
-
-    /// Moves at least `positions` old positions into the grown table, up to
-    /// a free one, so that no run is split: every entry before a free
-    /// position has its home before it. Ends the growth once all are moved.
-    fn move_runs(&mut self, positions: usize) {
-        let homes = 1usize << self.bits;
-        let target = (self.moved + positions).min(homes);
-        let mut at = self.moved;
-        while at < target || self.entries[at] != FREE {
-            let e = std::mem::replace(&mut self.entries[at], FREE);
-            at += 1;
-            if e == FREE {
-                continue;
-            }
-            let start = home(tag_of_entry(e), self.bits + 1);
-            // Entries already there have smaller homes, so smaller tags.
-            let place = start
-                + self.grown[start..]
-                    .iter()
-                    .position(|&g| g == FREE)
-                    .expect("the last entry is always free");
-            if place + 1 == self.grown.len() {
-                self.entries[at - 1] = e;
-                self.moved = at - 1;
-                self.resize(self.bits + 1);
-                return;
-            }
-            self.grown[place] = e;
-        }
-        self.moved = at;
-        if at >= homes {
-            self.entries = std::mem::take(&mut self.grown);
-            self.bits += 1;
-            self.moved = 0;
-        }
+        self.shards[shard_of(tag)].insert(tag, slot);
+        self.len += 1;
     }
 
     /// Removes the entry of `slot` stored under `hash`; false if absent.
     pub fn remove(&mut self, hash: u64, slot: u32) -> bool {
-        if self.len == 0 {
-            return false;
-        }
         let tag = tag_of(hash);
-        let old = home(tag, self.bits);
-        let (entries, start, bits) = if old < self.moved {
-            (&mut self.grown, home(tag, self.bits + 1), self.bits + 1)
-        } else {
-            (&mut self.entries, old, self.bits)
-        };
-        let last = tag_range(tag).1;
-        let Some(at) = entries[start..]
-            .iter()
-            .take_while(|&&e| !ends_run(e, last))
-            .position(|&e| e == entry(tag, slot))
-        else {
-            return false;
-        };
-        let mut hole = start + at;
-        // Backward shift: pull displaced followers one step toward home.
-        loop {
-            let next = entries[hole + 1];
-            if next == FREE || home(tag_of_entry(next), bits) > hole {
-                break;
-            }
-            entries[hole] = next;
-            hole += 1;
-        }
-        entries[hole] = FREE;
-        self.len -= 1;
-        true
+        let removed = self.shards[shard_of(tag)].remove(tag, slot);
+        self.len -= usize::from(removed);
+        removed
     }
 
     /// Rewrites every slot with `remap`, dropping those it maps to None.
     pub fn remap(&mut self, remap: impl Fn(u32) -> Option<u32>) {
-        let kept: Vec<u64> = self
-            .live()
-            .filter_map(|e| remap(slot_of(e)).map(|slot| entry(tag_of_entry(e), slot)))
-            .collect();
-        self.grown = Vec::new();
-        self.moved = 0;
-        self.rebuild(bits_for(kept.len()), kept.into_iter());
+        for shard in &mut self.shards {
+            shard.remap(&remap);
+        }
+        self.len = self.shards.iter().map(|s| s.len).sum();
     }
 
     /// Bytes of the entry arrays.
     pub fn heap_bytes(&self) -> usize {
-        (self.entries.capacity() + self.grown.capacity()) * std::mem::size_of::<u64>()
-    }
-
-    /// Live entries in tag order: the moved ones (smaller homes) first.
-    fn live(&self) -> impl Iterator<Item = u64> + Clone + '_ {
-        self.grown
+        self.shards
             .iter()
-            .chain(&self.entries)
-            .copied()
-            .filter(|&e| e != FREE)
-    }
-
-    fn resize(&mut self, bits: u32) {
-        let live: Vec<u64> = self.live().collect();
-        self.grown = Vec::new();
-        self.moved = 0;
-        self.rebuild(bits, live.into_iter());
-    }
-
-    /// Lays `entries`, in tag order, into a table of 2^bits homes: each goes
-    /// to its home or just after the one before, in one pass.
-    fn rebuild(&mut self, bits: u32, entries: impl Iterator<Item = u64> + Clone) {
-        let mut bits = bits;
-        'sized: loop {
-            self.bits = bits;
-            self.entries = if bits == 0 {
-                Vec::new()
-            } else {
-                free_entries(bits)
-            };
-            self.len = 0;
-            let mut next = 0usize;
-            for e in entries.clone() {
-                let at = next.max(home(tag_of_entry(e), bits));
-                if at + 1 >= self.entries.len() {
-                    bits += 1;
-                    continue 'sized;
-                }
-                self.entries[at] = e;
-                self.len += 1;
-                next = at + 1;
-            }
-            return;
-        }
+            .map(|s| s.entries.capacity() * std::mem::size_of::<Entry>())
+            .sum()
     }
 }
 
@@ -315,13 +292,4 @@ pub fn prefetch<T>(value: &T) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = value;
-}
-
-/// Homes for `len` entries at most 3/4 full, rounded to a power of two.
-fn bits_for(len: usize) -> u32 {
-    if len == 0 {
-        return 0;
-    }
-    let homes = (len * 4).div_ceil(3).next_power_of_two().max(16);
-    homes.trailing_zeros()
 }
