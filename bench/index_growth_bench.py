@@ -154,6 +154,7 @@ def main() -> None:
     blocks = trace_bench.chunk_blocks(chunks)
     queries = find_queries(workload, args.seed)
     runs = []
+    load_at_start = os.getloadavg()
     started = time.perf_counter()
     for mode in ("seq", "opaque"):
         indexes, cpu_ms, sizes = interleaved(cores, workload, chunks, mode)
@@ -179,7 +180,8 @@ def main() -> None:
         "blocks": sum(blocks),
         "chunk_blocks": blocks,
         "builds": paths,
-        "load_avg_at_start": os.getloadavg(),
+        "load_avg_at_start": load_at_start,
+        "load_avg_at_end": os.getloadavg(),
         "runs": runs,
         "seconds": time.perf_counter() - started,
     }
