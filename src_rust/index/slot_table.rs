@@ -3,24 +3,12 @@
 //! key's hash (its tag), so a probe reads one cache line, not a control byte
 //! line and then a bucket line. An entry's home is the top bits of its tag,
 //! and each run of entries is kept sorted by tag (ordered linear probing):
-//! a lookup stops at the first larger tag, and growing the table is a
+//! a lookup stops at the first larger tag, and growing the table is one
 //! sequential pass that never reads the keys.
-//!
-//! Growth is spread over inserts. Once the table is 3/4 full, room for a
-//! table of twice the homes is reserved (untouched, so nothing is written up
-//! front), and each insert moves the next `STEP` old positions into it,
-//! whole runs at a time, writing its free entries only as far as the moved
-//! runs reach. An old home below the cursor `moved` has been moved, so every
-//! key lives in exactly one of the two tables and a lookup probes one: which
-//! is a comparison with the cursor. By the time the move ends the old table
-//! has taken at most 1/8 more entries, so it never passes 7/8 full.
 
 const EMPTY: u32 = u32::MAX;
 /// Entries past the last home, so that no run wraps around.
 const TAIL: usize = 64;
-/// Old positions moved into the doubled table per insert while growing:
-/// the move takes a quarter as many inserts as the old table has homes.
-const STEP: usize = 4;
 
 #[derive(Copy, Clone)]
 struct Entry {
@@ -33,32 +21,17 @@ const FREE: Entry = Entry {
     slot: EMPTY,
 };
 
-/// The tag of a key hash: its top 32 bits.
-fn tag_of(hash: u64) -> u32 {
-    (hash >> 32) as u32
-}
-
-fn home(tag: u32, bits: u32) -> usize {
-    (u64::from(tag) >> (32 - bits)) as usize
-}
-
-/// Whether a probe for `tag` stops at `e`: a free entry or a larger tag.
-fn ends_run(e: &Entry, tag: u32) -> bool {
-    e.slot == EMPTY || e.tag > tag
-}
-
 #[derive(Default)]
 pub struct SlotTable {
     entries: Vec<Entry>,
-    /// log2 of the number of homes of `entries`; 0 while nothing is allocated.
+    /// log2 of the number of homes; 0 while nothing is allocated.
     bits: u32,
-    /// While growing, the table of twice the homes, written as far as the
-    /// moved runs reach (and always one free entry past the last used);
-    /// empty otherwise.
-    grown: Vec<Entry>,
-    /// The old homes below this live in `grown`; 0 while not growing.
-    moved: usize,
     len: usize,
+}
+
+/// The tag of a key hash: its top 32 bits.
+fn tag_of(hash: u64) -> u32 {
+    (hash >> 32) as u32
 }
 
 impl SlotTable {
@@ -67,24 +40,19 @@ impl SlotTable {
         self.len
     }
 
-    /// The entries from `tag`'s home on, in the table that holds it (none
-    /// while nothing is allocated: home 0 of an empty table).
-    #[inline]
-    fn from_home(&self, tag: u32) -> &[Entry] {
-        let old = home(tag, self.bits);
-        if old < self.moved {
-            &self.grown[home(tag, self.bits + 1)..]
-        } else {
-            &self.entries[old..]
-        }
+    fn home(&self, tag: u32) -> usize {
+        (u64::from(tag) >> (32 - self.bits)) as usize
     }
 
     /// The slot stored under `hash` for which `eq` holds.
     #[inline]
     pub fn find(&self, hash: u64, eq: impl Fn(u32) -> bool) -> Option<u32> {
+        if self.len == 0 {
+            return None;
+        }
         let tag = tag_of(hash);
-        for entry in self.from_home(tag) {
-            if ends_run(entry, tag) {
+        for entry in &self.entries[self.home(tag)..] {
+            if entry.slot == EMPTY || entry.tag > tag {
                 return None;
             }
             if entry.tag == tag && eq(entry.slot) {
@@ -98,8 +66,8 @@ impl SlotTable {
     /// loop over known keys waits for memory once per several keys.
     #[inline]
     pub fn prefetch(&self, hash: u64) {
-        if let Some(entry) = self.from_home(tag_of(hash)).first() {
-            prefetch(entry);
+        if self.len > 0 {
+            prefetch(&self.entries[self.home(tag_of(hash))]);
         }
     }
 
@@ -108,9 +76,14 @@ impl SlotTable {
     #[inline]
     pub fn candidates(&self, hash: u64) -> impl Iterator<Item = u32> + '_ {
         let tag = tag_of(hash);
-        self.from_home(tag)
+        let start = if self.len == 0 {
+            self.entries.len()
+        } else {
+            self.home(tag)
+        };
+        self.entries[start..]
             .iter()
-            .take_while(move |e| !ends_run(e, tag))
+            .take_while(move |e| e.slot != EMPTY && e.tag <= tag)
             .filter(move |e| e.tag == tag)
             .map(|e| e.slot)
     }
@@ -118,98 +91,30 @@ impl SlotTable {
     /// Adds `slot` under `hash`; the caller knows it is not there yet.
     pub fn insert(&mut self, hash: u64, slot: u32) {
         debug_assert!(slot != EMPTY);
-        if self.bits == 0 {
-            self.rebuild(4, std::iter::empty());
-        } else if self.growing() {
-            self.move_runs(STEP);
-        } else if (self.len + 1) * 4 > 3 << self.bits {
-            self.grown = Vec::with_capacity((2usize << self.bits) + TAIL);
-            self.move_runs(STEP);
+        if self.bits == 0 || (self.len + 1) * 8 > (7 << self.bits) {
+            self.resize(self.bits.max(3) + 1);
         }
         let tag = tag_of(hash);
         loop {
-            let old = home(tag, self.bits);
-            let in_grown = old < self.moved;
-            let (entries, start) = if in_grown {
-                (&mut self.grown, home(tag, self.bits + 1))
-            } else {
-                (&mut self.entries, old)
-            };
+            let start = self.home(tag);
             let place = start
-                + entries[start..]
+                + self.entries[start..]
                     .iter()
-                    .position(|e| ends_run(e, tag))
-                    .expect("a free entry follows the last used one");
+                    .position(|e| e.slot == EMPTY || e.tag > tag)
+                    .expect("the last entry is always free");
             let free = place
-                + entries[place..]
+                + self.entries[place..]
                     .iter()
                     .position(|e| e.slot == EMPTY)
-                    .expect("a free entry follows the last used one");
-            if free + 1 == entries.len() {
-                if in_grown && entries.len() < entries.capacity() {
-                    let more = (entries.len() + TAIL).min(entries.capacity());
-                    entries.resize(more, FREE);
-                } else {
-                    self.resize(self.bits + 1);
-                }
+                    .expect("the last entry is always free");
+            if free + 1 == self.entries.len() {
+                self.resize(self.bits + 1);
                 continue;
             }
-            entries.copy_within(place..free, place + 1);
-            entries[place] = Entry { tag, slot };
+            self.entries.copy_within(place..free, place + 1);
+            self.entries[place] = Entry { tag, slot };
             self.len += 1;
             return;
-        }
-    }
-
-    fn growing(&self) -> bool {
-        self.grown.capacity() > 0
-    }
-
-    /// Writes free entries into the grown table up to `len` of them.
-    fn fill_grown(&mut self, len: usize) {
-        let len = len.min(self.grown.capacity());
-        if self.grown.len() < len {
-            self.grown.resize(len, FREE);
-        }
-    }
-
-    /// Moves at least `positions` old positions into the grown table, up to
-    /// a free one, so that no run is split: every entry before a free
-    /// position has its home before it. Ends the growth once all are moved.
-    fn move_runs(&mut self, positions: usize) {
-        let homes = 1usize << self.bits;
-        let target = (self.moved + positions).min(homes);
-        let mut at = self.moved;
-        while at < target || self.entries[at].slot != EMPTY {
-            let entry = std::mem::replace(&mut self.entries[at], FREE);
-            at += 1;
-            if entry.slot == EMPTY {
-                continue;
-            }
-            let start = home(entry.tag, self.bits + 1);
-            self.fill_grown(start + 2);
-            // Entries already there have smaller homes, so smaller tags.
-            let place = start
-                + self.grown[start..]
-                    .iter()
-                    .position(|g| g.slot == EMPTY)
-                    .expect("a free entry follows the last used one");
-            self.fill_grown(place + 2);
-            if place + 1 == self.grown.len() {
-                self.entries[at - 1] = entry;
-                self.moved = at - 1;
-                self.resize(self.bits + 1);
-                return;
-            }
-            self.grown[place] = entry;
-        }
-        self.moved = at;
-        self.fill_grown(2 * at + 2);
-        if at >= homes {
-            self.fill_grown(usize::MAX);
-            self.entries = std::mem::take(&mut self.grown);
-            self.bits += 1;
-            self.moved = 0;
         }
     }
 
@@ -219,15 +124,10 @@ impl SlotTable {
             return false;
         }
         let tag = tag_of(hash);
-        let old = home(tag, self.bits);
-        let (entries, start, bits) = if old < self.moved {
-            (&mut self.grown, home(tag, self.bits + 1), self.bits + 1)
-        } else {
-            (&mut self.entries, old, self.bits)
-        };
-        let Some(at) = entries[start..]
+        let start = self.home(tag);
+        let Some(at) = self.entries[start..]
             .iter()
-            .take_while(|e| !ends_run(e, tag))
+            .take_while(|e| e.slot != EMPTY && e.tag <= tag)
             .position(|e| e.tag == tag && e.slot == slot)
         else {
             return false;
@@ -235,14 +135,14 @@ impl SlotTable {
         let mut hole = start + at;
         // Backward shift: pull displaced followers one step toward home.
         loop {
-            let next = entries[hole + 1];
-            if next.slot == EMPTY || home(next.tag, bits) > hole {
+            let next = self.entries[hole + 1];
+            if next.slot == EMPTY || self.home(next.tag) > hole {
                 break;
             }
-            entries[hole] = next;
+            self.entries[hole] = next;
             hole += 1;
         }
-        entries[hole] = FREE;
+        self.entries[hole] = FREE;
         self.len -= 1;
         true
     }
@@ -256,42 +156,31 @@ impl SlotTable {
         self.rebuild(bits_for(kept.len()), kept.into_iter());
     }
 
-    /// Bytes of the entry arrays.
+    /// Bytes of the entry array.
     pub fn heap_bytes(&self) -> usize {
-        (self.entries.capacity() + self.grown.capacity()) * std::mem::size_of::<Entry>()
+        self.entries.capacity() * std::mem::size_of::<Entry>()
     }
 
-    /// Live entries in tag order: the moved ones (smaller homes) first.
     fn live(&self) -> impl Iterator<Item = Entry> + '_ {
-        self.grown
-            .iter()
-            .chain(&self.entries)
-            .copied()
-            .filter(|e| e.slot != EMPTY)
+        self.entries.iter().copied().filter(|e| e.slot != EMPTY)
     }
 
     fn resize(&mut self, bits: u32) {
-        let live: Vec<Entry> = self.live().collect();
-        self.rebuild(bits, live.into_iter());
+        let old = std::mem::take(&mut self.entries);
+        self.rebuild(bits, old.into_iter().filter(|e| e.slot != EMPTY));
     }
 
     /// Lays `entries`, in tag order, into a table of 2^bits homes: each goes
-    /// to its home or just after the one before, in one pass. Ends a growth.
+    /// to its home or just after the one before, in one pass.
     fn rebuild(&mut self, bits: u32, entries: impl Iterator<Item = Entry> + Clone) {
-        self.grown = Vec::new();
-        self.moved = 0;
-        let mut bits = bits;
+        let mut bits = bits.max(if self.len > 0 { 4 } else { 0 });
         'sized: loop {
             self.bits = bits;
-            self.entries = if bits == 0 {
-                Vec::new()
-            } else {
-                vec![FREE; (1usize << bits) + TAIL]
-            };
+            self.entries = vec![FREE; (1usize << bits) + TAIL];
             self.len = 0;
             let mut next = 0usize;
             for entry in entries.clone() {
-                let at = next.max(home(entry.tag, bits));
+                let at = next.max(self.home(entry.tag));
                 if at + 1 >= self.entries.len() {
                     bits += 1;
                     continue 'sized;
@@ -319,11 +208,11 @@ pub fn prefetch<T>(value: &T) {
     let _ = value;
 }
 
-/// Homes for `len` entries at most 3/4 full, rounded to a power of two.
+/// Homes for `len` entries at most 7/8 full, rounded to a power of two.
 fn bits_for(len: usize) -> u32 {
     if len == 0 {
         return 0;
     }
-    let homes = (len * 4).div_ceil(3).next_power_of_two().max(16);
+    let homes = (len * 8).div_ceil(7).next_power_of_two().max(16);
     homes.trailing_zeros()
 }
