@@ -55,9 +55,7 @@ MATCH_BLOCKS = (128, 1_024, 8_192)
 # Batches handed to one apply_many call: a router draining its event queue.
 BULK_CHUNK = 1_024
 RESULTS = Path(__file__).resolve().parent / "results" / "index_bench.json"
-SHARED_TRACE = (
-    Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "synthetic_trace.jsonl"
-)
+SHARED_TRACE = index_trace_bench.SHARED_TRACE
 
 TARGET_SPEEDUP = 3.0
 TARGET_MEMORY_SHARE = 0.60

@@ -29,13 +29,16 @@ import trace_workload
 from dynamo import _core as dynamo
 
 import kvrouter
-from kvrouter import PrefixIndex, Removed, Stored
+from kvrouter import PrefixIndex
 
 CHUNK_EVENTS = 1_024
 BLOCK_SIZE = trace_workload.BLOCK_SIZE
 # Prompt classes by length in blocks of 16 tokens: up to 2k tokens, up to 16k, longer.
 PROMPT_CLASSES = (("short", 1, 128), ("medium", 129, 1_024), ("long", 1_025, 1 << 30))
 SENTINEL_BASE = 1 << 50
+SHARED_TRACE = (
+    Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "synthetic_trace.jsonl"
+)
 
 
 @dataclass(frozen=True)
@@ -94,20 +97,23 @@ def seq_of(blocks: trace_workload.TraceBlocks, numbers: np.ndarray) -> np.ndarra
     return blocks.seq(numbers)
 
 
-def kvrouter_event(blocks: trace_workload.TraceBlocks, e: trace_workload.TraceEvent, mode: str):
-    """The event as kvrouter takes it, engine ids in `mode` ("seq" or "opaque")."""
+def kvrouter_event(
+    blocks: trace_workload.TraceBlocks, e: trace_workload.TraceEvent, mode: str, core=kvrouter
+):
+    """The event as kvrouter (or another build's `core` module) takes it, engine ids in
+    `mode` ("seq" or "opaque")."""
     ids = ids_of(blocks, mode, e.blocks)
     if not e.stored:
-        return Removed(ids)
+        return core.Removed(ids)
     parent = int(ids_of(blocks, mode, np.array([e.parent]))[0]) if e.parent >= 0 else None
-    return Stored(ids, local_hashes=blocks.local(e.blocks.astype(np.uint64)), parent=parent)
+    return core.Stored(ids, local_hashes=blocks.local(e.blocks.astype(np.uint64)), parent=parent)
 
 
-def kvrouter_chunks(blocks, chunks, mode: str) -> Iterator[list[tuple]]:
+def kvrouter_chunks(blocks, chunks, mode: str, core=kvrouter) -> Iterator[list[tuple]]:
     """Built a chunk at a time, between timed calls, so that a big stream's events never
     all exist at once."""
     for chunk in chunks:
-        yield [(e.worker, e.seq, [kvrouter_event(blocks, e, mode)]) for e in chunk]
+        yield [(e.worker, e.seq, [kvrouter_event(blocks, e, mode, core)]) for e in chunk]
 
 
 def dynamo_payload(blocks: trace_workload.TraceBlocks, e: trace_workload.TraceEvent) -> bytes:
@@ -154,8 +160,8 @@ class Clocks:
     cpu: list[float] = field(default_factory=list)
 
 
-def run_kvrouter(batches) -> tuple[PrefixIndex, Clocks, list[int]]:
-    index = PrefixIndex(BLOCK_SIZE)
+def run_kvrouter(batches, core=kvrouter) -> tuple[PrefixIndex, Clocks, list[int]]:
+    index = core.PrefixIndex(BLOCK_SIZE)
     clocks, sizes = Clocks(), []
     for chunk in batches:
         start, cpu = time.perf_counter(), time.process_time()
