@@ -5,7 +5,77 @@
 
 use super::slot_table::SlotTable;
 use proptest::prelude::*;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+/// A slot table, the caller's side of it (slot -> key) and the map it must
+/// agree with, under one hash of the keys.
+struct Checked {
+    table: SlotTable,
+    keys: Vec<Option<u64>>,
+    model: BTreeMap<u64, u32>,
+    hash: fn(u64) -> u64,
+}
+
+impl Checked {
+    fn new(hash: fn(u64) -> u64) -> Self {
+        Checked {
+            table: SlotTable::default(),
+            keys: Vec::new(),
+            model: BTreeMap::new(),
+            hash,
+        }
+    }
+
+    fn find(&self, key: u64) -> Option<u32> {
+        self.table.find((self.hash)(key), |slot| {
+            self.keys[slot as usize] == Some(key)
+        })
+    }
+
+    fn insert(&mut self, key: u64) {
+        if !self.model.contains_key(&key) {
+            let slot = self.keys.len() as u32;
+            self.keys.push(Some(key));
+            self.table.insert((self.hash)(key), slot);
+            self.model.insert(key, slot);
+        }
+    }
+
+    /// Whether the table and the map agree that `key` was there.
+    fn remove(&mut self, key: u64) -> bool {
+        let slot = self.model.remove(&key);
+        let removed = slot.is_some_and(|slot| self.table.remove((self.hash)(key), slot));
+        if let Some(slot) = slot {
+            self.keys[slot as usize] = None;
+        }
+        removed == slot.is_some()
+    }
+
+    /// Drops every key whose slot is a multiple of `every`, renumbering the rest.
+    fn remap(&mut self, every: u32) {
+        let mut next = 0u32;
+        let renumber: Vec<Option<u32>> = (0..self.keys.len() as u32)
+            .map(|slot| {
+                (self.keys[slot as usize].is_some() && slot % every != 0).then(|| {
+                    next += 1;
+                    next - 1
+                })
+            })
+            .collect();
+        self.table.remap(|slot| renumber[slot as usize]);
+        self.keys = (0..self.keys.len())
+            .filter(|&slot| renumber[slot].is_some())
+            .map(|slot| self.keys[slot])
+            .collect();
+        self.model.retain(|_, slot| match renumber[*slot as usize] {
+            Some(new) => {
+                *slot = new;
+                true
+            }
+            None => false,
+        });
+    }
+}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -27,66 +97,6 @@ fn op() -> impl Strategy<Value = Op> {
 /// Few distinct tags, spread over the whole tag range, so homes collide.
 fn hash_of(key: u64) -> u64 {
     (key % 23).wrapping_mul(0x0B00_0000_0000_0000) | key
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
-
-    #[test]
-    fn slot_table_matches_a_map(ops in proptest::collection::vec(op(), 1..400)) {
-        let mut table = SlotTable::default();
-        // slot -> key, the caller's side of the table.
-        let mut keys: Vec<Option<u64>> = Vec::new();
-        let mut model: BTreeMap<u64, u32> = BTreeMap::new();
-        for op in ops {
-            match op {
-                Op::Insert(key) => {
-                    model.entry(key).or_insert_with(|| {
-                        let slot = keys.len() as u32;
-                        keys.push(Some(key));
-                        table.insert(hash_of(key), slot);
-                        slot
-                    });
-                }
-                Op::Remove(key) => {
-                    let slot = model.remove(&key);
-                    let removed = slot.is_some_and(|slot| table.remove(hash_of(key), slot));
-                    prop_assert_eq!(removed, slot.is_some());
-                    if let Some(slot) = slot {
-                        keys[slot as usize] = None;
-                    }
-                }
-                Op::Remap(every) => {
-                    let mut next = 0u32;
-                    let renumber: Vec<Option<u32>> = (0..keys.len() as u32)
-                        .map(|slot| {
-                            (keys[slot as usize].is_some() && slot % every != 0).then(|| {
-                                next += 1;
-                                next - 1
-                            })
-                        })
-                        .collect();
-                    table.remap(|slot| renumber[slot as usize]);
-                    keys = (0..keys.len())
-                        .filter(|&slot| renumber[slot].is_some())
-                        .map(|slot| keys[slot])
-                        .collect();
-                    model.retain(|_, slot| match renumber[*slot as usize] {
-                        Some(new) => {
-                            *slot = new;
-                            true
-                        }
-                        None => false,
-                    });
-                }
-            }
-            prop_assert_eq!(table.len(), model.len());
-            for key in 0..300u64 {
-                let found = table.find(hash_of(key), |slot| keys[slot as usize] == Some(key));
-                prop_assert_eq!(found, model.get(&key).copied(), "key {}", key);
-            }
-        }
-    }
 }
 
 /// A uniform hash of a key, as sequence hashes are.
@@ -115,69 +125,52 @@ fn range_op() -> impl Strategy<Value = RangeOp> {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn slot_table_matches_a_map(ops in proptest::collection::vec(op(), 1..400)) {
+        let mut checked = Checked::new(hash_of);
+        for op in ops {
+            match op {
+                Op::Insert(key) => checked.insert(key),
+                Op::Remove(key) => prop_assert!(checked.remove(key)),
+                Op::Remap(every) => checked.remap(every),
+            }
+            prop_assert_eq!(checked.table.len(), checked.model.len());
+            for key in 0..300u64 {
+                prop_assert_eq!(checked.find(key), checked.model.get(&key).copied(), "key {}", key);
+            }
+        }
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     /// Thousands of keys, so that the table doubles from 16 homes to
     /// thousands, and remaps shrink it again.
     #[test]
     fn slot_table_matches_a_map_across_growth(ops in proptest::collection::vec(range_op(), 1..120)) {
-        let mut table = SlotTable::default();
-        let mut keys: Vec<Option<u64>> = Vec::new();
-        let mut model: HashMap<u64, u32> = HashMap::new();
-        let find = |table: &SlotTable, keys: &[Option<u64>], key: u64| {
-            table.find(uniform_hash(key), |slot| keys[slot as usize] == Some(key))
-        };
+        let mut checked = Checked::new(uniform_hash);
         for op in ops {
             match op {
                 RangeOp::Insert(start, count) => {
                     for key in start..start + count {
-                        prop_assert_eq!(find(&table, &keys, key), model.get(&key).copied());
-                        if let std::collections::hash_map::Entry::Vacant(e) = model.entry(key) {
-                            let slot = keys.len() as u32;
-                            keys.push(Some(key));
-                            table.insert(uniform_hash(key), slot);
-                            e.insert(slot);
-                        }
+                        prop_assert_eq!(checked.find(key), checked.model.get(&key).copied());
+                        checked.insert(key);
                     }
                 }
                 RangeOp::Remove(start, count) => {
                     for key in start..start + count {
-                        let slot = model.remove(&key);
-                        let removed = slot.is_some_and(|slot| table.remove(uniform_hash(key), slot));
-                        prop_assert_eq!(removed, slot.is_some());
-                        if let Some(slot) = slot {
-                            keys[slot as usize] = None;
-                        }
+                        prop_assert!(checked.remove(key));
                     }
                 }
-                RangeOp::Remap(every) => {
-                    let mut next = 0u32;
-                    let renumber: Vec<Option<u32>> = (0..keys.len() as u32)
-                        .map(|slot| {
-                            (keys[slot as usize].is_some() && slot % every != 0).then(|| {
-                                next += 1;
-                                next - 1
-                            })
-                        })
-                        .collect();
-                    table.remap(|slot| renumber[slot as usize]);
-                    keys = (0..keys.len())
-                        .filter(|&slot| renumber[slot].is_some())
-                        .map(|slot| keys[slot])
-                        .collect();
-                    model.retain(|_, slot| match renumber[*slot as usize] {
-                        Some(new) => {
-                            *slot = new;
-                            true
-                        }
-                        None => false,
-                    });
-                }
+                RangeOp::Remap(every) => checked.remap(every),
             }
-            prop_assert_eq!(table.len(), model.len());
+            prop_assert_eq!(checked.table.len(), checked.model.len());
         }
         for key in 0..12_200u64 {
-            prop_assert_eq!(find(&table, &keys, key), model.get(&key).copied(), "key {}", key);
+            prop_assert_eq!(checked.find(key), checked.model.get(&key).copied(), "key {}", key);
         }
     }
 }
