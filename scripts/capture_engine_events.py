@@ -68,8 +68,9 @@ def tokens(seed: int, blocks: int) -> list[int]:
     return [(seed * 7919 + i * 31) % 50_000 + 1 for i in range(blocks * BS)]
 
 
-def full_spec() -> FullAttentionSpec:
-    return FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=1, dtype=torch.float32)
+def attention_spec(kind, **extra):
+    """A one-head attention group's spec of `kind`, on blocks of BS tokens."""
+    return kind(block_size=BS, num_kv_heads=1, head_size=1, dtype=torch.float32, **extra)
 
 
 def manager(
@@ -80,15 +81,9 @@ def manager(
     lookahead: int = 0,
     mamba: bool = False,
 ):
-    groups = [KVCacheGroupSpec(["full"], full_spec())]
+    groups = [KVCacheGroupSpec(["full"], attention_spec(FullAttentionSpec))]
     if chunk_blocks:
-        chunked = ChunkedLocalAttentionSpec(
-            block_size=BS,
-            num_kv_heads=1,
-            head_size=1,
-            dtype=torch.float32,
-            attention_chunk_size=chunk_blocks * BS,
-        )
+        chunked = attention_spec(ChunkedLocalAttentionSpec, attention_chunk_size=chunk_blocks * BS)
         groups.append(KVCacheGroupSpec(["chunked"], chunked))
     if mamba:
         # Prefix caching of mamba states needs vLLM's "align" mode: a state is
@@ -98,13 +93,7 @@ def manager(
         )
         groups.append(KVCacheGroupSpec(["mamba"], state))
     if sliding_window_blocks:
-        window = SlidingWindowSpec(
-            block_size=BS,
-            num_kv_heads=1,
-            head_size=1,
-            dtype=torch.float32,
-            sliding_window=sliding_window_blocks * BS,
-        )
+        window = attention_spec(SlidingWindowSpec, sliding_window=sliding_window_blocks * BS)
         groups.append(KVCacheGroupSpec(["window"], window))
     config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
     kv = KVCacheManager(

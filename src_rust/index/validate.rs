@@ -76,6 +76,11 @@ impl PrefixTree {
                      cleared: bool| {
             added.contains(block) || (!cleared && !removed.contains(block) && held_before(*block))
         };
+        let unknown = |event: usize, block: EngineBlockId| IndexError::UnknownBlock {
+            event,
+            worker,
+            block: block.0,
+        };
         for (event, kv_event) in events.iter().map(Borrow::borrow).enumerate() {
             match kv_event {
                 KvEvent::Stored {
@@ -98,22 +103,14 @@ impl PrefixTree {
                 KvEvent::EndsReusable { block_ids, .. } => {
                     for block in block_ids {
                         if !known(block, &added, &removed, cleared) {
-                            return Err(IndexError::UnknownBlock {
-                                event,
-                                worker,
-                                block: block.0,
-                            });
+                            return Err(unknown(event, *block));
                         }
                     }
                 }
                 KvEvent::Removed { block_ids, .. } => {
                     for block in block_ids {
                         if !known(block, &added, &removed, cleared) {
-                            return Err(IndexError::UnknownBlock {
-                                event,
-                                worker,
-                                block: block.0,
-                            });
+                            return Err(unknown(event, *block));
                         }
                         added.remove(block);
                         removed.insert(*block);
