@@ -338,19 +338,27 @@ def cache_salt() -> dict:
     return {"engine": {}, "publishers": cap.finish(), "probes": probes}
 
 
+def second_group_blocks(kv, cap: Capture, prompts: dict[str, list[int]]) -> dict[str, list]:
+    """Prefills each prompt (reusing what vLLM finds cached), publishing each
+    step, and frees it; the ids of the blocks it had in the second KV cache
+    group, by name."""
+    ids = {}
+    for name, prompt in prompts.items():
+        req = request(kv, prompt)
+        blocks, computed, _ = kv.get_computed_blocks(req)
+        kv.allocate_slots(req, len(prompt) - computed, computed, blocks)
+        ids[name] = kv.get_block_ids(req.request_id)[1]
+        kv.free(req)
+        cap.step(kv)
+    return ids
+
+
 def hybrid() -> dict:
     kv, cap = manager(40, sliding_window_blocks=2), Capture([0])
     first, second, third = tokens(10, 5) + TAIL, tokens(11, 5) + TAIL, tokens(12, 5) + TAIL
     run_request(kv, first)
     cap.step(kv)
-    window_ids = {}
-    for name, prompt in (("second", second), ("third", third)):
-        req = request(kv, prompt)
-        blocks, computed, _ = kv.get_computed_blocks(req)
-        kv.allocate_slots(req, len(prompt) - computed, computed, blocks)
-        window_ids[name] = kv.get_block_ids(req.request_id)[1]
-        kv.free(req)
-        cap.step(kv)
+    window_ids = second_group_blocks(kv, cap, {"second": second, "third": third})
     # The window group loses the second prompt's last two blocks and the
     # third's first (as a connector's failed load evicts them); the
     # full-attention group keeps all five of each.
@@ -465,14 +473,7 @@ def hybrid_chunked() -> dict:
     2-block chunks; the chunk size comes from the engine's config."""
     kv, cap = manager(40, chunk_blocks=2), Capture([0])
     first, second, third = tokens(30, 5) + TAIL, tokens(31, 5) + TAIL, tokens(32, 5) + TAIL
-    chunked_ids = {}
-    for name, prompt in (("first", first), ("second", second), ("third", third)):
-        req = request(kv, prompt)
-        blocks, computed, _ = kv.get_computed_blocks(req)
-        kv.allocate_slots(req, len(prompt) - computed, computed, blocks)
-        chunked_ids[name] = kv.get_block_ids(req.request_id)[1]
-        kv.free(req)
-        cap.step(kv)
+    chunked_ids = second_group_blocks(kv, cap, {"first": first, "second": second, "third": third})
     # The chunked group loses the second prompt's last block (in a chunk of
     # its own) and the third's first (in an earlier chunk).
     kv.evict_blocks({chunked_ids["second"][4], chunked_ids["third"][0]})
