@@ -2,10 +2,10 @@
 number and send, and what the router applies.
 
 They mirror the core's `Stored`, `Removed`, `EndsReusable` and `Cleared`
-(which the index
-takes, and which cannot be read back or encoded): `kvrouter.events.core`
-converts to those, `kvrouter.events.proto` to and from the gRPC messages
-and `kvrouter.adapters.nats.codec` to and from msgpack.
+(which the index takes, and which cannot be read back or encoded):
+`kvrouter.events.core` converts to those, `kvrouter.events.proto` to and
+from the gRPC messages and `kvrouter.adapters.nats.codec` to and from
+msgpack.
 """
 
 from __future__ import annotations
