@@ -600,8 +600,8 @@ impl PrefixTree {
         let Some(index) = self.node_of_block(slot, block) else {
             return;
         };
-        let seq = self.arena.node(index).seq;
-        let held = self.sets.get(self.arena.node(index).owners, slot);
+        let node = self.arena.node(index);
+        let (seq, held) = (node.seq, self.sets.get(node.owners, slot));
         if let Some(held) = held.filter(|held| !held.is_approximate()) {
             self.ends_marked |= !reusable;
             self.put_holding(seq, held.through_only(!reusable), self.tick());

@@ -33,9 +33,8 @@
   mamba group the state at its end). From the first batch that shows them,
   the engine's workers are cleared and indexed so; offloaded tiers are then
   not indexed. Groups of any other kind (cross attention, ...) are not
-  indexed at all: the first
-  such event clears the worker, and the engine's events are skipped from
-  then on.
+  indexed at all: the first such event clears the worker, and the engine's
+  events are skipped from then on.
 """
 
 from __future__ import annotations
