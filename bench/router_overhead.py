@@ -15,6 +15,9 @@ Legs, one after another in one run, all in front of the same backend:
   checkout (a `git worktree` of an earlier commit, its extension built), so
   that a change to the front door is measured against what it replaces in
   the same run;
+- asyncio-ceiling: a proxy on one asyncio event loop that only moves bytes
+  (bench/asyncio_proxy_ceiling.py): the most any front door built as
+  kvrouter's is (one Python loop) can reach on this machine;
 - sglang-router and vllm-router (PyPI, from their own venv: `--router-venv`),
   each with its `cache_aware` policy.
 
@@ -70,7 +73,18 @@ TOKEN_IDS_LEG = "kvrouter-token-ids"
 # kvrouter again, from the checkout `--before` names.
 BEFORE_LEG = "kvrouter-before"
 KVROUTER_LEGS = ("kvrouter", TOKEN_IDS_LEG, BEFORE_LEG)
-LEGS = ("direct", "kvrouter", BEFORE_LEG, TOKEN_IDS_LEG, "sglang-router", "vllm-router")
+# A byte-moving asyncio proxy (bench/asyncio_proxy_ceiling.py): what any front
+# door on one Python event loop can reach here.
+CEILING_LEG = "asyncio-ceiling"
+LEGS = (
+    "direct",
+    "kvrouter",
+    BEFORE_LEG,
+    TOKEN_IDS_LEG,
+    CEILING_LEG,
+    "sglang-router",
+    "vllm-router",
+)
 RUST_ROUTERS = ("sglang-router", "vllm-router")
 WORDS = ("alpha", "beta", "gamma", "delta", "omega", "router", "cache", "prefix", "block")
 
@@ -195,6 +209,11 @@ class Leg:
         try:
             if self.name in KVROUTER_LEGS:
                 self._start_kvrouter(port, log)
+            elif self.name == CEILING_LEG:
+                script = HERE / "asyncio_proxy_ceiling.py"
+                command = [sys.executable, str(script), "--port", str(port)]
+                self.process = start([*command, "--backend", self.backend_url], log)
+                wait_http(self.url + "/health", 60, self.process)
             else:
                 self.process = start(self._rust_router(port), log)
                 wait_http(self.url + "/health", 60, self.process)

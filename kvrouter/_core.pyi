@@ -574,3 +574,24 @@ def check_namespace(namespace: str, max_chars: int) -> None:
 def check_model(model: str, max_chars: int) -> None:
     """Raises ValueError unless the model name is printable and at most
     `max_chars` characters long."""
+
+@final
+class CompletionStream:
+    """One engine's streamed `/v1/completions` answer (vLLM, SGLang, asked
+    with `return_token_ids`), fed its body's bytes as they arrive."""
+
+    def __init__(self, limit: int) -> None:
+        """`limit`: the most bytes one event's data may hold."""
+
+    def feed(self, data: bytes) -> tuple[list[int], str | None, bool]:
+        """(token ids, finish reason, ended) of what `data` added: the
+        reason is "stop", "length" or None; `ended` once a finish or
+        `[DONE]` has come. ValueError, with the reason, when the stream
+        cannot be read on (an error event, a bad event, an event past the
+        limit)."""
+
+    @property
+    def ended(self) -> bool: ...
+
+def token_ids_json(tokens: Tokens) -> bytes:
+    """`tokens` as a JSON array of ints."""

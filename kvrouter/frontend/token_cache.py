@@ -58,14 +58,12 @@ class TokenCache:
         """The tokens it holds, at most `max_tokens`."""
         return self._tokens
 
-    def encode(
-        self, text: str, add_special_tokens: bool, encode: Encode | None
-    ) -> list[int] | None:
-        """`text`'s ids, encoding with `encode` (texts to their ids, with no
-        added special tokens) the pieces not cached. With `encode` None,
-        only if every piece is cached: cheap enough to try on the event
-        loop before handing the work to a pool. None also when only
-        encoding the whole text with its special tokens will do."""
+    def encode(self, text: str, add_special_tokens: bool, encode: Encode | None) -> array | None:
+        """`text`'s ids, as an array('I'), encoding with `encode` (texts to
+        their ids, with no added special tokens) the pieces not cached. With
+        `encode` None, only if every piece is cached: cheap enough to try on
+        the event loop before handing the work to a pool. None also when
+        only encoding the whole text with its special tokens will do."""
         if add_special_tokens and self._affixes is None:
             return None
         pieces = self._split(text)
@@ -75,26 +73,28 @@ class TokenCache:
         if missing and encode is None:
             return None
         fresh = dict(zip(missing, encode(missing), strict=True)) if missing else {}
-        ids: list[int] = []
+        ids = array("I", self._affixes[0]) if add_special_tokens else array("I")
         for piece, found in zip(pieces, known, strict=True):
-            ids += fresh[piece] if found is None else found
+            if found is None:
+                ids.fromlist(fresh[piece])
+            else:
+                ids += found
         if fresh:
             self._add(fresh)
         if add_special_tokens:
-            before, after = self._affixes
-            return [*before, *ids, *after]
+            ids.fromlist(self._affixes[1])
         return ids
 
-    def _lookup(self, piece: str | int) -> list[int] | None:
+    def _lookup(self, piece: str | int) -> array | None:
         if isinstance(piece, int):
-            return [piece]
+            return array("I", (piece,))
         if len(piece) < MIN_PIECE_CHARS:
             return None
         entry = self._entries.get(piece)
         if entry is None:
             return None
         self._entries.move_to_end(piece)
-        return entry.tolist()
+        return entry
 
     def _add(self, fresh: dict[str, list[int]]) -> None:
         with self._lock:

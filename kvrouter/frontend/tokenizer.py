@@ -14,6 +14,7 @@ the pieces not cached are encoded on the pool."""
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
@@ -32,7 +33,7 @@ MAX_INLINE_LOOKUP_CHARS = 65_536
 
 class Prompt(NamedTuple):
     text: str
-    token_ids: list[int]
+    token_ids: array
 
 
 class ModelTokenizer:
@@ -71,6 +72,11 @@ class ModelTokenizer:
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text`; `add_special_tokens` adds what the tokenizer's
         post-processor adds (a bos, for many models)."""
+        return self.encode_ids(text, add_special_tokens=add_special_tokens).tolist()
+
+    def encode_ids(self, text: str, *, add_special_tokens: bool = True) -> array:
+        """`encode`'s ids as an array('I'): the form the router's core and
+        the engines' request bodies read without a Python int per token."""
         if not isinstance(text, str):
             raise ValueError("the prompt must be a string")
         if self.cache is not None:
@@ -78,7 +84,7 @@ class ModelTokenizer:
             if ids is not None:
                 return ids
         (ids,) = self._encode_batch([text], add_special_tokens=add_special_tokens)
-        return ids
+        return array("I", ids)
 
     def _encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
         try:
@@ -91,7 +97,8 @@ class ModelTokenizer:
             raise ValueError("the prompt is not valid Unicode (a lone surrogate)") from None
         return [encoding.ids for encoding in encodings]
 
-    async def encode_async(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+    async def encode_async(self, text: str, *, add_special_tokens: bool = True) -> array:
+        """`encode_ids`, on the pool unless every piece is cached."""
         if (
             self.cache is not None
             and isinstance(text, str)
@@ -101,7 +108,7 @@ class ModelTokenizer:
             if ids is not None:
                 return ids
         return await self._off_loop(
-            lambda: self.encode(text, add_special_tokens=add_special_tokens)
+            lambda: self.encode_ids(text, add_special_tokens=add_special_tokens)
         )
 
     def render_chat(
@@ -132,7 +139,7 @@ class ModelTokenizer:
         text = self.render_chat(messages, add_generation_prompt=add_generation_prompt, tools=tools)
         # The template wrote the special tokens (a bos too), as transformers'
         # apply_chat_template assumes.
-        return Prompt(text, self.encode(text, add_special_tokens=False))
+        return Prompt(text, self.encode_ids(text, add_special_tokens=False))
 
     async def render_and_encode_async(
         self,

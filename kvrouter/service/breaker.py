@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
+from collections.abc import Sequence
 
 from kvrouter.proto_gen import generation_pb2 as gen
 
 
-def fingerprint(request: gen.GenerateRequest, prompt: list[int]) -> bytes:
+def fingerprint(request: gen.GenerateRequest, prompt: Sequence[int]) -> bytes:
     digest = hashlib.blake2b(digest_size=16)
     for part in (
         request.model.encode(),

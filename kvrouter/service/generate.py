@@ -35,14 +35,16 @@ from kvrouter.service.workers import MAX_MODEL_CHARS, WorkerTable
 log = logging.getLogger("kvrouter.service.generate")
 
 
-def _token_list(prompt) -> list[int]:
+def _token_array(prompt) -> array:
+    """The prompt's ids as an array('I'), from the request's little-endian
+    bytes or its repeated field."""
     if isinstance(prompt, bytes | bytearray):
         tokens = array("I")
         tokens.frombytes(prompt)
         if sys.byteorder == "big":
             tokens.byteswap()
-        return tokens.tolist()
-    return list(prompt)
+        return tokens
+    return array("I", prompt)
 
 
 class GenerationProxy:
@@ -106,7 +108,7 @@ class GenerationProxy:
         forwarded = gen.GenerateRequest()
         forwarded.CopyFrom(request)
         forwarded.request_id = request_id
-        run = ProxiedRequest(self.ctx, forwarded, _token_list(prompt), decision, deadline)
+        run = ProxiedRequest(self.ctx, forwarded, _token_array(prompt), decision, deadline)
         finished = False
         try:
             async with aclosing(run.stream()) as chunks:

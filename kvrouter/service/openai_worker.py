@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from pathlib import Path
 
 import grpc
 import msgspec
 
+from kvrouter._core import CompletionStream, token_ids_json
 from kvrouter.net.credentials import Credentials
 from kvrouter.net.http_client import HttpClient, Response
 from kvrouter.proto_gen import generation_pb2 as gen
@@ -32,7 +33,6 @@ from kvrouter.sampling_rules import wire_top_p
 from kvrouter.service.worker_calls import Deadline, RequestFailed, WorkerFailure, within
 
 FINISH_REASONS = {"stop": gen.FINISH_REASON_STOP, "length": gen.FINISH_REASON_LENGTH}
-MAX_TOKEN_ID = 2**32 - 1
 # What one SSE event may hold beyond the prompt's token ids, which vLLM
 # echoes in the first (`prompt_token_ids`): a token id is at most 11 bytes
 # of JSON with its separator.
@@ -43,13 +43,14 @@ MAX_ERROR_CHARS = 500
 DP_RANK_HEADER = "X-data-parallel-rank"
 
 
-def completion_body(request: gen.GenerateRequest, prompt: list[int]) -> dict:
+def completion_body(request: gen.GenerateRequest, prompt: Sequence[int]) -> dict:
     """The /v1/completions body for a GenerateRequest. Settings left at
     their kvrouter "off" value (no model, top_k 0, no seed, no stop ids)
     are left out, so each engine applies its own default for them."""
     sampling = request.sampling
     body = {
-        "prompt": prompt,
+        # Written by the core: a long prompt's ids are most of the body.
+        "prompt": msgspec.Raw(token_ids_json(prompt)),
         "max_tokens": sampling.max_tokens,
         "temperature": sampling.temperature,
         "top_p": wire_top_p(sampling.top_p),
@@ -101,7 +102,7 @@ class EngineClient:
         worker_id: int,
         address: str,
         request: gen.GenerateRequest,
-        prompt: list[int],
+        prompt: Sequence[int],
         deadline: Deadline,
         *,
         first_token_s: float,
@@ -120,7 +121,7 @@ class EngineClient:
             if response.status != 200:
                 raise await _refusal(worker_id, response)
             tokens_seen = False
-            events = _events(
+            pieces = _pieces(
                 response,
                 len(prompt),
                 lambda: token_gap_s if tokens_seen else first_token_s,
@@ -129,26 +130,16 @@ class EngineClient:
             )
             last = None
             try:
-                async with aclosing(events):
-                    async for batch in events:
-                        # The events of one read are one chunk: as streamed, with
-                        # a chunk's cost paid once however many tokens it holds.
-                        tokens = []
-                        for event in batch:
-                            if event == "[DONE]" or last:
-                                break
-                            parsed = _choice(worker_id, event)
-                            if parsed is None:
-                                continue  # no choice, or a usage summary
-                            tokens += parsed[0]
-                            if parsed[1]:
-                                # Held until the stream ends, so that its connection is kept.
-                                last = (tokens, parsed[1])
-                        if last is None and tokens:
+                async with aclosing(pieces):
+                    async for tokens, reason in pieces:
+                        # One read's events are one chunk: as streamed, with a
+                        # chunk's cost paid once however many tokens it holds.
+                        if reason is not None:
+                            # Held until the stream ends, so that its connection is kept.
+                            last = (tokens, FINISH_REASONS[reason])
+                        elif tokens:
                             tokens_seen = True
                             yield tokens, 0
-                        if batch and batch[-1] == "[DONE]":
-                            break
             except (WorkerFailure, RequestFailed):
                 if last is None:
                     raise
@@ -242,107 +233,32 @@ def _tls_context(credentials: Credentials) -> ssl.SSLContext | bool:
     return context
 
 
-async def _events(
+async def _pieces(
     response: Response,
     prompt_tokens: int,
     idle_s: Callable[[], float],
     worker_id: int,
     deadline: Deadline,
-) -> AsyncIterator[list[str]]:
-    """The body's server-sent events' data, those of each read together,
-    each read within `idle_s()`."""
-    parser = ServerSentEvents(prompt_tokens * EVENT_BYTES_PER_TOKEN + EVENT_BYTES_SLACK)
-    while True:
+) -> AsyncIterator[tuple[list[int], str | None]]:
+    """(token ids, finish reason) of each read of the body, each read within
+    `idle_s()`, until the stream ends (a finish or `[DONE]`) or the body
+    does; a read that adds nothing is skipped. An event the core cannot
+    read (`CompletionStream`) is the engine's failure."""
+    stream = CompletionStream(prompt_tokens * EVENT_BYTES_PER_TOKEN + EVENT_BYTES_SLACK)
+    while not stream.ended:
         try:
             data = await within(response.read_some(), idle_s(), worker_id, deadline, "generate")
         except OSError as e:
             raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
         if not data:
             return
-        if events := parser.feed(data, worker_id):
-            yield events
-
-
-class ServerSentEvents:
-    """The `data` of each server-sent event, from the body's bytes as they
-    arrive (an event may span reads, a read hold several events). At most
-    `limit` bytes wait for an event's end."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._buffer = bytearray()
-        self._data: list[bytes] = []
-
-    def feed(self, chunk: bytes, worker_id: int) -> list[str]:
-        self._buffer += chunk
-        events = []
-        start = 0
-        while (end := self._buffer.find(b"\n", start)) >= 0:
-            line = bytes(self._buffer[start:end]).rstrip(b"\r")
-            start = end + 1
-            if not line:
-                if self._data:
-                    events.append(b"\n".join(self._data).decode())
-                    self._data = []
-            elif line.startswith(b"data:"):
-                value = line[5:]
-                self._data.append(value[1:] if value.startswith(b" ") else value)
-            # Other fields (event, id, retry) and comments say nothing we use.
-        del self._buffer[:start]
-        if len(self._buffer) + sum(map(len, self._data)) > self.limit:
-            raise WorkerFailure(
-                worker_id,
-                grpc.StatusCode.UNAVAILABLE,
-                f"a streamed event is longer than {self.limit} bytes",
-            )
-        return events
-
-
-_decode_event = msgspec.json.Decoder().decode
-
-
-def _choice(worker_id: int, event: str) -> tuple[list[int], int] | None:
-    """The first choice's new tokens and finish reason; None for an event
-    with no choice (a usage summary)."""
-    try:
-        payload = _decode_event(event)
-    except msgspec.DecodeError:
-        raise WorkerFailure(
-            worker_id, grpc.StatusCode.UNAVAILABLE, f"unreadable event {event[:80]!r}"
-        ) from None
-    if not isinstance(payload, dict):
-        raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, "an event is not an object")
-    if "error" in payload:
-        error = payload["error"]
-        message = error.get("message", "") if isinstance(error, dict) else str(error)
-        detail = f"the engine failed: {message}"[:MAX_ERROR_CHARS]
-        raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, detail)
-    choices = payload.get("choices") or []
-    if not choices:
-        return None
-    choice = choices[0]
-    tokens = choice.get("token_ids")
-    if tokens is None:
-        if not choice.get("text") and choice.get("finish_reason") is None:
-            return None
-        raise WorkerFailure(
-            worker_id,
-            grpc.StatusCode.UNAVAILABLE,
-            "the engine streams no token_ids: it needs return_token_ids "
-            "(vLLM 0.10.2 or later, SGLang with return_token_ids)",
-        )
-    if not isinstance(tokens, list) or not all(
-        type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in tokens
-    ):
-        raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, "token_ids are not token ids")
-    reason = choice.get("finish_reason")
-    if reason is None:
-        return tokens, 0
-    if reason not in FINISH_REASONS:
-        raise WorkerFailure(
-            worker_id, grpc.StatusCode.UNAVAILABLE, f"the engine ended the request: {reason}"
-        )
-    return tokens, FINISH_REASONS[reason]
+        try:
+            tokens, reason, _ = stream.feed(data)
+        except ValueError as e:
+            message = str(e)[:MAX_ERROR_CHARS]
+            raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, message) from None
+        if tokens or reason is not None:
+            yield tokens, reason
 
 
 async def _refusal(worker_id: int, response: Response) -> Exception:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
+from array import array
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
@@ -69,7 +70,7 @@ class ProxiedRequest:
         self,
         ctx: ProxyContext,
         request: gen.GenerateRequest,
-        prompt: list[int],
+        prompt: array,
         decision,
         deadline: Deadline,
     ) -> None:
@@ -261,7 +262,7 @@ class ProxiedRequest:
         request = gen.GenerateRequest()
         request.CopyFrom(self.request)
         request.ClearField("tokens_u32le")
-        request.tokens[:] = self.prompt + self.generated
+        request.tokens[:] = self._so_far()
         request.sampling.max_tokens -= len(self.generated)
         return request
 
@@ -319,7 +320,7 @@ class ProxiedRequest:
             worker_id,
             address,
             request,
-            self.prompt + self.generated,
+            self._so_far(),
             self.deadline,
             first_token_s=self.deadline.timeout(self.config.prefill_timeout_s, "generate"),
             token_gap_s=self.config.token_timeout_s,
@@ -355,6 +356,10 @@ class ProxiedRequest:
                 yield self._chunk(token_ids, finish_reason)
 
     # -- helpers
+
+    def _so_far(self) -> array:
+        """The prompt and the tokens the client already has."""
+        return self.prompt + array("I", self.generated) if self.generated else self.prompt
 
     def _workers(self, first, candidates, limit: int, prefill: bool = False):
         """Up to `limit` (worker id, address) to try: the policy's choice, then

@@ -249,7 +249,7 @@ class RouterServer:
         """The OpenAI-compatible front door, bound, not yet serving."""
         listen = self.config.http_listen
         try:
-            from kvrouter.net.http_server import HttpServer
+            from kvrouter.net.http1_server import Http1Server
             from kvrouter.service.openai.app import FrontDoor
         except ModuleNotFoundError as e:
             raise StartupError(
@@ -266,7 +266,7 @@ class RouterServer:
         except ValueError as e:
             raise StartupError(f"--served-models: {e}") from None
         try:
-            return HttpServer(door.app, listen, on_stopped=door.close)
+            return Http1Server(door.app, listen, on_stopped=door.close)
         except OSError as e:
             raise StartupError(f"--http-listen {listen}: {e.strerror.lower()}") from None
 

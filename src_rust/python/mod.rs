@@ -4,6 +4,7 @@
 
 mod config;
 mod decision;
+mod engine_stream;
 mod events;
 mod hashing;
 mod index;
@@ -13,9 +14,10 @@ mod router;
 
 use pyo3::prelude::*;
 
-/// Declared free-threading safe: every class but `PolicyConfig` is frozen and
-/// keeps its state behind its own locks (the index's and the router's);
-/// `PolicyConfig`'s setters go through PyO3's borrow checking. None relies
+/// Declared free-threading safe: every class but `PolicyConfig` and
+/// `CompletionStream` is frozen and keeps its state behind its own locks
+/// (the index's and the router's); those two go through PyO3's borrow
+/// checking. None relies
 /// on the GIL.
 #[pymodule(gil_used = false)]
 #[pyo3(name = "_core")]
@@ -48,6 +50,8 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(router::check_namespace, m)?)?;
     m.add_function(wrap_pyfunction!(router::check_model, m)?)?;
     m.add_function(wrap_pyfunction!(router::prompt_length, m)?)?;
+    m.add_class::<engine_stream::PyCompletionStream>()?;
+    m.add_function(wrap_pyfunction!(engine_stream::token_ids_json, m)?)?;
     m.add("RouteRefused", m.py().get_type::<router::RouteRefused>())?;
     m.add("UnknownModel", m.py().get_type::<router::UnknownModel>())?;
     m.add(

@@ -2,12 +2,15 @@
 //! and the `RouteResponse` for a decision encoded, so a decision made for
 //! `Route` or `RouteStream` never builds Python objects (the decision itself
 //! is `routing::Router`'s); and a worker's `PublishRequest` decoded into the
-//! index's events (`events.rs`). Design note: README.md.
+//! index's events (`events.rs`); and an OpenAI-compatible engine's streamed
+//! answer read into token ids (`engine_stream.rs`). Design note: README.md.
 
+mod engine_stream;
 mod events;
 mod messages;
 mod route;
 
+pub use engine_stream::{token_ids_json, CompletionStream, EngineStreamError, Finish, Piece};
 pub use events::{decode_publish, DecodedBatch, Publish};
 pub use messages::{Candidate, Explanation, RouteError, RouteRequest, RouteResponse};
 pub use route::{

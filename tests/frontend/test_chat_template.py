@@ -41,7 +41,7 @@ def test_tiny_template_renders_as_transformers(
     assert prompt.text == hf_tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=add_generation_prompt
     )
-    assert prompt.token_ids == hf_tokenizer.apply_chat_template(
+    assert prompt.token_ids.tolist() == hf_tokenizer.apply_chat_template(
         messages, add_generation_prompt=add_generation_prompt, return_dict=False
     )
     assert prompt.text.startswith("<|begin_of_text|><|im_start|>")

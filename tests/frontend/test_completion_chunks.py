@@ -5,6 +5,7 @@ request its worker aborted is an error, not an answer that ends in
 from __future__ import annotations
 
 import asyncio
+from array import array
 
 import msgspec
 
@@ -16,7 +17,9 @@ from kvrouter.service.openai.requests import CompletionRequest
 
 def completion(tokenizer) -> Completion:
     body = CompletionRequest(model="tiny", prompt="hi", stream=True)
-    return Completion(False, body, tokenizer, [1, 2, 3], 4, RequestRecord("/v1/completions"))
+    return Completion(
+        False, body, tokenizer, array("I", [1, 2, 3]), 4, RequestRecord("/v1/completions")
+    )
 
 
 async def chunks(*responses):

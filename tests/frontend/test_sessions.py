@@ -6,6 +6,8 @@ valid session id; a bad header is a 400."""
 
 from __future__ import annotations
 
+from array import array
+
 import pytest
 
 from kvrouter._core import MAX_SESSION_CHARS
@@ -39,6 +41,8 @@ def test_a_bad_header_is_400(header):
 
 def test_the_session_reaches_the_proxied_generate(tokenizer):
     body = CompletionRequest(model="tiny", prompt="hi")
-    run = Completion(False, body, tokenizer, [1, 2], 4, RequestRecord("/v1/completions"))
+    run = Completion(
+        False, body, tokenizer, array("I", [1, 2]), 4, RequestRecord("/v1/completions")
+    )
     run.session = session_id("conversation-7", None)
     assert run.generate_request().session_id == "conversation-7"

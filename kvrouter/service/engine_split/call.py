@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -28,7 +28,7 @@ class Engine:
 class SplitCall:
     engines: EngineClient
     request: gen.GenerateRequest
-    prompt: list[int]
+    prompt: Sequence[int]
     prefill: Engine
     decode: Engine
     deadline: Deadline

@@ -1,4 +1,5 @@
-"""The front door's endpoints, as an ASGI app (asgi.py): `/v1/completions`,
+"""The front door's endpoints, served by `kvrouter.net.http1_server` through
+its route table (routes.py): `/v1/completions`,
 `/v1/chat/completions`, `/v1/models`, `/health` and `/ready`.
 
 Every request is checked before anything is scheduled (a 400, 404 or 413
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from array import array
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
@@ -22,11 +24,11 @@ import msgspec
 from prometheus_client import CollectorRegistry
 
 from kvrouter.frontend import ModelTokenizer
+from kvrouter.net.http1_server import Answer, EventStream, Request
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.errors import ServiceError
 from kvrouter.service.generate import GenerationProxy
 from kvrouter.service.openai.admission import PRIORITY_HEADER, Admission, Priority
-from kvrouter.service.openai.asgi import Answer, EventStream, Request, Routes, body_too_big
 from kvrouter.service.openai.completion import Completion
 from kvrouter.service.openai.errors import HttpError
 from kvrouter.service.openai.observed import FrontDoorMetrics, RequestRecord
@@ -36,6 +38,7 @@ from kvrouter.service.openai.requests import (
     ChatCompletionRequest,
     CompletionRequest,
 )
+from kvrouter.service.openai.routes import Routes, answer, body_too_big, read_body
 from kvrouter.service.openai.session import SESSION_HEADER, session_id
 from kvrouter.service.workers import WorkerTable
 
@@ -82,14 +85,14 @@ class FrontDoor:
         self.max_body_bytes = max(1 << 20, 16 * config.max_prompt_tokens)
 
     async def health(self, _: Request) -> Answer:
-        return Answer({"status": "ok"})
+        return answer({"status": "ok"})
 
     async def ready(self, _: Request) -> Answer:
         """200 when every served model has a routable worker, else 503."""
         routable = self.workers.models()
         counts = {name: routable.get(name, 0) for name in self.tokenizers}
         ready = all(counts.values())
-        return Answer({"ready": ready, "routable_workers": counts}, 200 if ready else 503)
+        return answer({"ready": ready, "routable_workers": counts}, 200 if ready else 503)
 
     async def list_models(self, _: Request) -> Answer:
         """The served models (and their adapters) that have a routable worker."""
@@ -103,7 +106,7 @@ class FrontDoor:
             {"id": name, "object": "model", "created": self.started, "owned_by": "kvrouter"}
             for name in sorted(names)
         ]
-        return Answer({"object": "list", "data": data})
+        return answer({"object": "list", "data": data})
 
     async def completions(self, request: Request) -> Answer | EventStream:
         return await self._serve(request, RequestRecord("/v1/completions"), self._completion)
@@ -118,9 +121,12 @@ class FrontDoor:
             prompt = body.one_prompt()
         except ValueError as e:
             raise HttpError(400, str(e)) from None
-        tokens = await tokenizer.encode_async(prompt) if isinstance(prompt, str) else prompt
+        if isinstance(prompt, str):
+            tokens = await tokenizer.encode_async(prompt)
+        else:
+            tokens = array("I", prompt)
         max_tokens = DEFAULT_COMPLETION_MAX_TOKENS if body.max_tokens is None else body.max_tokens
-        return Completion(False, body, tokenizer, list(tokens), max_tokens, record)
+        return Completion(False, body, tokenizer, tokens, max_tokens, record)
 
     async def _chat(self, request: Request, record: RequestRecord) -> Completion:
         body = await self._decode(request, ChatCompletionRequest)
@@ -155,7 +161,7 @@ class FrontDoor:
             raise body_too_big(self.max_body_bytes)
         try:
             async with asyncio.timeout(self.body_timeout_s):
-                data = await request.body(self.max_body_bytes)
+                data = await read_body(request, self.max_body_bytes)
         except TimeoutError:
             raise HttpError(
                 408, f"the request body did not arrive within {self.body_timeout_s:g} s"
@@ -191,8 +197,8 @@ class FrontDoor:
             chunks = await _primed(self.generation.stream(completion.generate_request(), None))
             headers = {"x-request-id": completion.id}
             if not completion.body.stream:
-                answer = await _unless_gone(request, completion.whole(chunks))
-                return Answer(answer, headers=headers)
+                whole = await _unless_gone(request, completion.whole(chunks))
+                return answer(whole, headers=headers)
             streaming = True
             return EventStream(self._releasing(completion.events(chunks), record), headers)
         except HttpError as e:
@@ -251,11 +257,11 @@ def _check(completion: Completion, max_prompt_tokens: int) -> None:
         )
 
 
-async def _unless_gone(request: Request, answer):
-    """Awaits `answer` unless the client goes away first: then it is
+async def _unless_gone(request: Request, whole):
+    """Awaits `whole` unless the client goes away first: then it is
     cancelled (which cancels the request on its worker) and a 499, which
     nobody reads, is raised."""
-    task = asyncio.ensure_future(answer)
+    task = asyncio.ensure_future(whole)
     gone = asyncio.ensure_future(request.disconnected())
     try:
         await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)

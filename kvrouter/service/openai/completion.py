@@ -37,7 +37,7 @@ class Completion:
     chat: bool
     body: _Sampling
     tokenizer: ModelTokenizer
-    prompt: list[int]
+    prompt: array
     max_tokens: int
     record: RequestRecord
     # The conversation it belongs to (`session.session_id`); "" for none.
@@ -71,7 +71,7 @@ class Completion:
             sampling.seed = body.sampling_seed
         return gen.GenerateRequest(
             request_id=self.id,
-            tokens_u32le=array("I", self.prompt).tobytes(),
+            tokens_u32le=self.prompt.tobytes(),
             namespace=body.cache_salt or "",
             model=body.model,
             sampling=sampling,

@@ -1,0 +1,113 @@
+"""The ceiling of a front door on one asyncio event loop: a reverse proxy that
+does nothing a router must do (no body decode, no tokenizer, no routing, no
+detokenize or re-encode) and only moves bytes. It parses each request with
+httptools (uvicorn's parser), POSTs the body unchanged to the backend with
+kvrouter's engine client (`kvrouter.net.http_client`, kept-alive
+connections), and streams the backend's body back as it arrives, chunked.
+
+`bench/router_overhead.py --legs ... asyncio-ceiling` runs it as a leg, in
+the same run as kvrouter and the Rust routers, so that what any front door
+on one Python event loop can reach on this machine is a measured figure,
+not a guess.
+
+    python bench/asyncio_proxy_ceiling.py --port 8200 --backend http://127.0.0.1:8100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import socket
+
+import httptools
+import uvloop
+
+from kvrouter.net.http_client import HttpClient
+
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+HEALTH = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+
+
+class Proxied(asyncio.Protocol):
+    """One client connection; requests on it are served one at a time."""
+
+    def __init__(self, client: HttpClient, backend: str) -> None:
+        self.client = client
+        self.backend = backend
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.url = b""
+        self.body: list[bytes] = []
+        self.task: asyncio.Task | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def connection_lost(self, exc) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.transport.close()
+
+    def on_message_begin(self) -> None:
+        self.url = b""
+        self.body = []
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self.parser.get_method() == b"GET":
+            self.transport.write(HEALTH)
+            return
+        path = self.url.partition(b"?")[0].decode()
+        self.task = asyncio.ensure_future(self.forward(path, b"".join(self.body)))
+
+    async def forward(self, path: str, body: bytes) -> None:
+        response = await self.client.post(
+            self.backend + path, body, {"Content-Type": "application/json"}
+        )
+        write = self.transport.write
+        write(STREAM_HEAD)
+        while data := await response.read_some():
+            write(b"%x\r\n%b\r\n" % (len(data), data))
+        write(b"0\r\n\r\n")
+        response.release()
+
+
+async def serve(port: int, backend: str) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    sock = socket.create_server(("127.0.0.1", port), backlog=4096)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    client = HttpClient()
+    server = await loop.create_server(lambda: Proxied(client, backend), sock=sock)
+    async with server:
+        await stop.wait()
+    with contextlib.suppress(Exception):
+        await client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--backend", required=True, help="the backend's origin, http://HOST:PORT")
+    args = parser.parse_args()
+    uvloop.run(serve(args.port, args.backend.rstrip("/")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+//! An engine's streamed completion read into token ids
+//! (`wire::CompletionStream`), and a prompt's ids as JSON for an engine's
+//! request body.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use super::ints::Tokens;
+use crate::wire::{self, CompletionStream, Finish};
+
+/// One engine's streamed `/v1/completions` answer, fed its body's bytes as
+/// they arrive.
+#[pyclass(name = "CompletionStream", module = "kvrouter._core")]
+pub struct PyCompletionStream {
+    inner: CompletionStream,
+}
+
+#[pymethods]
+impl PyCompletionStream {
+    #[new]
+    fn new(limit: usize) -> Self {
+        Self {
+            inner: CompletionStream::new(limit),
+        }
+    }
+
+    /// (token ids, finish reason, ended) of what `data` added: the reason
+    /// is "stop", "length" or None; `ended` once a finish or `[DONE]` has
+    /// come. ValueError, with the reason, when the stream cannot be read
+    /// on (an error event, a bad event, an event past the limit).
+    fn feed(&mut self, data: &[u8]) -> PyResult<(Vec<u32>, Option<&'static str>, bool)> {
+        let piece = self
+            .inner
+            .feed(data)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let finish = piece.finish.map(|f| match f {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+        });
+        Ok((piece.tokens, finish, piece.ended))
+    }
+
+    #[getter]
+    fn ended(&self) -> bool {
+        self.inner.ended()
+    }
+}
+
+/// `tokens` (a list, array('I'), numpy array or bytes, as everywhere) as a
+/// JSON array of ints.
+#[pyfunction]
+pub fn token_ids_json<'py>(
+    py: Python<'py>,
+    tokens: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let tokens = Tokens::extract(tokens)?;
+    let json = py.detach(|| wire::token_ids_json(tokens.as_slice()));
+    Ok(PyBytes::new(py, &json))
+}
