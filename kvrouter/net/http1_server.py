@@ -346,12 +346,13 @@ class _Connection(asyncio.Protocol):
             if isinstance(response, EventStream):
                 close = await self._stream(request, response, close)
             else:
+                # The unread rest of a body answered early (a 413) is not read.
+                close = close or request.incomplete
                 media = response.media_type
                 head = _head(response.status, media, response.headers, len(response.body), close)
                 self.write(head + response.body)
         except asyncio.CancelledError:
             close = True
-        # The unread rest of a body answered early (a 413) is not kept.
         close = close or request.incomplete
         self.answering = None
         if close or self.closing:

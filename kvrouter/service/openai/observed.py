@@ -17,6 +17,9 @@ log = logging.getLogger("kvrouter.http")
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+# Models are served names and routes are the front door's own, so the
+# (model, route) pairs are few; the bound only keeps a mistake from growing it.
+MAX_CACHED_SERIES = 1024
 QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -105,22 +108,53 @@ class FrontDoorMetrics:
             ["model", "priority"],
             registry=r,
         )
+        self._children: dict[tuple[str, str], _Series] = {}
 
     def done(self, record: RequestRecord) -> None:
         """Counts and logs a request that has ended."""
-        labels = (record.model, record.route)
-        self.requests.labels(*labels, str(record.status)).inc()
+        series = self._series(record.model, record.route)
+        series.requests(record.status).inc()
         ended = time.monotonic()
-        self.e2e.labels(*labels).observe(ended - record.arrived)
+        series.e2e.observe(ended - record.arrived)
         if record.first_token is not None:
-            self.ttft.labels(*labels).observe(record.first_token - record.arrived)
-            itl = self.itl.labels(*labels)
+            series.ttft.observe(record.first_token - record.arrived)
             for gap in record.gaps:
-                itl.observe(gap)
+                series.itl.observe(gap)
         if record.status == 200:
-            self.prompt_tokens.labels(*labels).inc(record.prompt_tokens)
-        self.generation_tokens.labels(*labels).inc(record.completion_tokens)
+            series.prompt_tokens.inc(record.prompt_tokens)
+        series.generation_tokens.inc(record.completion_tokens)
         log.info("request", extra={"fields": _log_fields(record, ended)})
+
+    def _series(self, model: str, route: str) -> _Series:
+        """The (model, route) children, looked up once: a `labels` call
+        locks and checks its labels each time."""
+        series = self._children.get((model, route))
+        if series is None:
+            if len(self._children) >= MAX_CACHED_SERIES:
+                self._children.clear()
+            series = self._children[(model, route)] = _Series(self, model, route)
+        return series
+
+
+class _Series:
+    """One (model, route)'s metrics."""
+
+    def __init__(self, metrics: FrontDoorMetrics, model: str, route: str) -> None:
+        labels = (model, route)
+        self._requests = metrics.requests
+        self._labels = labels
+        self._by_status: dict[int, Counter] = {}
+        self.e2e = metrics.e2e.labels(*labels)
+        self.ttft = metrics.ttft.labels(*labels)
+        self.itl = metrics.itl.labels(*labels)
+        self.prompt_tokens = metrics.prompt_tokens.labels(*labels)
+        self.generation_tokens = metrics.generation_tokens.labels(*labels)
+
+    def requests(self, status: int) -> Counter:
+        counter = self._by_status.get(status)
+        if counter is None:
+            counter = self._by_status[status] = self._requests.labels(*self._labels, str(status))
+        return counter
 
 
 def _log_fields(record: RequestRecord, ended: float) -> dict:
