@@ -20,7 +20,10 @@ PARTS = (
         ),
     ),
     ("SSE encode (completion chunks)", ("kvrouter/service/openai/completion.py",)),
-    ("HTTP server (uvicorn, its ASGI plumbing)", ("uvicorn/", "openai/asgi.py", "httptools/")),
+    (
+        "HTTP server (the front door's, or uvicorn)",
+        ("net/http1_server.py", "openai/routes.py", "uvicorn/", "httptools/"),
+    ),
     ("request parse and checks (front door)", ("kvrouter/service/openai/",)),
     (
         "HTTP client (to the engine, and its SSE parse)",

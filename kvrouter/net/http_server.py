@@ -1,9 +1,10 @@
 """An HTTP server on the caller's own event loop: uvicorn (httptools'
 parser) serving an ASGI app from a socket the caller binds itself, so
 that the gRPC service and the HTTP API share one process and one loop, and
-the process keeps its own signal handling. The router's front door and the
-worker's engine-compatible API both serve with it; it needs uvicorn (the
-`frontend` extra)."""
+the process keeps its own signal handling. The worker's engine-compatible
+API (a Starlette app) serves with it; it needs uvicorn (the `frontend`
+extra). The router's front door has a server of its own, without ASGI
+(`http1_server.py`)."""
 
 from __future__ import annotations
 

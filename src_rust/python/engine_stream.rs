@@ -55,6 +55,9 @@ pub fn token_ids_json<'py>(
     tokens: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let tokens = Tokens::extract(tokens)?;
-    let json = py.detach(|| wire::token_ids_json(tokens.as_slice()));
-    Ok(PyBytes::new(py, &json))
+    let tokens = tokens.as_slice();
+    PyBytes::new_with(py, wire::token_ids_json_len(tokens), |out| {
+        wire::write_token_ids_json(tokens, out);
+        Ok(())
+    })
 }

@@ -213,24 +213,81 @@ fn truthy(value: Option<&Value>) -> bool {
     }
 }
 
-/// `tokens` as a JSON array, for a request body that carries a prompt's ids.
-pub fn token_ids_json(tokens: &[u32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(tokens.len() * 7 + 2);
-    out.push(b'[');
-    let mut digits = itoa::Buffer::new();
+/// The bytes `token_ids_json` writes for `tokens`.
+pub fn token_ids_json_len(tokens: &[u32]) -> usize {
+    let digits: usize = tokens.iter().map(|t| decimal_digits(*t)).sum();
+    2 + digits + tokens.len().saturating_sub(1)
+}
+
+/// `tokens` as a JSON array, for a request body that carries a prompt's ids,
+/// written into `out`, which must be `token_ids_json_len(tokens)` bytes.
+/// Each id is written from its last digit back, its length known first: a
+/// long prompt's ids are most of an engine request's body.
+pub fn write_token_ids_json(tokens: &[u32], out: &mut [u8]) {
+    assert_eq!(out.len(), token_ids_json_len(tokens), "the buffer's length");
+    out[0] = b'[';
+    let mut at = 1;
     for (i, token) in tokens.iter().enumerate() {
         if i > 0 {
-            out.push(b',');
+            out[at] = b',';
+            at += 1;
         }
-        out.extend_from_slice(digits.format(*token).as_bytes());
+        let end = at + decimal_digits(*token);
+        write_decimal(*token, &mut out[at..end]);
+        at = end;
     }
-    out.push(b']');
-    out
+    out[at] = b']';
+}
+
+/// "00" to "99", so that digits are written two at a time.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+    0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
+/// `value`'s decimal digits into `out`, which is exactly as long.
+fn write_decimal(mut value: u32, out: &mut [u8]) {
+    let mut end = out.len();
+    while value >= 100 {
+        let pair = (value % 100) as usize * 2;
+        value /= 100;
+        out[end - 2..end].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+        end -= 2;
+    }
+    if value >= 10 {
+        let pair = value as usize * 2;
+        out[end - 2..end].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
+        out[end - 1] = b'0' + value as u8;
+    }
+}
+
+fn decimal_digits(value: u32) -> usize {
+    match value {
+        0..=9 => 1,
+        10..=99 => 2,
+        100..=999 => 3,
+        1_000..=9_999 => 4,
+        10_000..=99_999 => 5,
+        100_000..=999_999 => 6,
+        1_000_000..=9_999_999 => 7,
+        10_000_000..=99_999_999 => 8,
+        100_000_000..=999_999_999 => 9,
+        _ => 10,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn token_ids_json(tokens: &[u32]) -> Vec<u8> {
+        let mut out = vec![0; token_ids_json_len(tokens)];
+        write_token_ids_json(tokens, &mut out);
+        out
+    }
 
     fn event(tokens: &[u32], finish: Option<&str>) -> String {
         let finish = finish.map_or("null".to_string(), |f| format!("{f:?}"));
@@ -274,22 +331,30 @@ mod tests {
 
     #[test]
     fn crlf_lines_and_multi_line_data_are_read() {
-        let body = "data: {\"choices\":\r\ndata: [{\"token_ids\":[7],\"finish_reason\":null}]}\r\n\r\n";
-        let piece = CompletionStream::new(1 << 20).feed(body.as_bytes()).unwrap();
+        let body =
+            "data: {\"choices\":\r\ndata: [{\"token_ids\":[7],\"finish_reason\":null}]}\r\n\r\n";
+        let piece = CompletionStream::new(1 << 20)
+            .feed(body.as_bytes())
+            .unwrap();
         assert_eq!(piece.tokens, vec![7]);
     }
 
     #[test]
     fn usage_summaries_and_empty_choices_add_nothing() {
         let body = "data: {\"choices\":[],\"usage\":{}}\n\ndata: {\"choices\":[{\"text\":\"\",\"finish_reason\":null}]}\n\n";
-        let piece = CompletionStream::new(1 << 20).feed(body.as_bytes()).unwrap();
+        let piece = CompletionStream::new(1 << 20)
+            .feed(body.as_bytes())
+            .unwrap();
         assert_eq!(piece, Piece::default());
     }
 
     #[test]
     fn each_bad_event_is_its_own_error() {
         let cases = [
-            ("data: {nope\n\n", EngineStreamError::Unreadable("{nope".into())),
+            (
+                "data: {nope\n\n",
+                EngineStreamError::Unreadable("{nope".into()),
+            ),
             ("data: [1]\n\n", EngineStreamError::NotAnObject),
             (
                 "data: {\"error\":{\"message\":\"out of memory\"}}\n\n",
@@ -336,5 +401,12 @@ mod tests {
     fn token_ids_are_written_as_a_json_array() {
         assert_eq!(token_ids_json(&[]), b"[]");
         assert_eq!(token_ids_json(&[0, 17, u32::MAX]), b"[0,17,4294967295]");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn token_ids_json_is_what_serde_writes(tokens in proptest::collection::vec(proptest::num::u32::ANY, 0..64)) {
+            proptest::prop_assert_eq!(token_ids_json(&tokens), serde_json::to_vec(&tokens).unwrap());
+        }
     }
 }

@@ -10,7 +10,9 @@ mod events;
 mod messages;
 mod route;
 
-pub use engine_stream::{token_ids_json, CompletionStream, EngineStreamError, Finish, Piece};
+pub use engine_stream::{
+    token_ids_json_len, write_token_ids_json, CompletionStream, EngineStreamError, Finish, Piece,
+};
 pub use events::{decode_publish, DecodedBatch, Publish};
 pub use messages::{Candidate, Explanation, RouteError, RouteRequest, RouteResponse};
 pub use route::{

@@ -193,7 +193,7 @@ class FrontDoor:
             _check(completion, self.max_prompt_tokens)
             record.queue_s = await self.admission.admit(completion.body.model, priority)
             admitted = True
-            self.metrics.queue_time.labels(record.model, record.priority).observe(record.queue_s)
+            self.metrics.queued(record)
             chunks = await _primed(self.generation.stream(completion.generate_request(), None))
             headers = {"x-request-id": completion.id}
             if not completion.body.stream:

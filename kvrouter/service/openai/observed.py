@@ -17,8 +17,8 @@ log = logging.getLogger("kvrouter.http")
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
-# Models are served names and routes are the front door's own, so the
-# (model, route) pairs are few; the bound only keeps a mistake from growing it.
+# Models are served names, routes and priorities the front door's own, so the
+# label pairs are few; the bound only keeps a mistake from growing the cache.
 MAX_CACHED_SERIES = 1024
 QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -109,6 +109,7 @@ class FrontDoorMetrics:
             registry=r,
         )
         self._children: dict[tuple[str, str], _Series] = {}
+        self._queue_children: dict[tuple[str, str], Histogram] = {}
 
     def done(self, record: RequestRecord) -> None:
         """Counts and logs a request that has ended."""
@@ -123,7 +124,18 @@ class FrontDoorMetrics:
         if record.status == 200:
             series.prompt_tokens.inc(record.prompt_tokens)
         series.generation_tokens.inc(record.completion_tokens)
-        log.info("request", extra={"fields": _log_fields(record, ended)})
+        if log.isEnabledFor(logging.INFO):
+            log.info("request", extra={"fields": _log_fields(record, ended)})
+
+    def queued(self, record: RequestRecord) -> None:
+        """Observes the time `record` waited for admission."""
+        key = (record.model, record.priority)
+        child = self._queue_children.get(key)
+        if child is None:
+            if len(self._queue_children) >= MAX_CACHED_SERIES:
+                self._queue_children.clear()
+            child = self._queue_children[key] = self.queue_time.labels(*key)
+        child.observe(record.queue_s)
 
     def _series(self, model: str, route: str) -> _Series:
         """The (model, route) children, looked up once: a `labels` call
