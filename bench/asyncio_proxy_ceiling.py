@@ -21,8 +21,8 @@ import contextlib
 import signal
 import socket
 
-import httptools
 import uvloop
+from openai_stub_backend import Connection
 
 from kvrouter.net.http_client import HttpClient
 
@@ -32,40 +32,19 @@ STREAM_HEAD = (
 HEALTH = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 
 
-class Proxied(asyncio.Protocol):
-    """One client connection; requests on it are served one at a time."""
+class Proxied(Connection):
+    """One client connection, parsed as the stub backend parses its own;
+    each request is forwarded instead of answered."""
 
     def __init__(self, client: HttpClient, backend: str) -> None:
+        super().__init__(backend=None)
         self.client = client
-        self.backend = backend
-        self.parser = httptools.HttpRequestParser(self)
-        self.transport: asyncio.Transport | None = None
-        self.url = b""
-        self.body: list[bytes] = []
+        self.backend_url = backend
         self.task: asyncio.Task | None = None
-
-    def connection_made(self, transport) -> None:
-        self.transport = transport
 
     def connection_lost(self, exc) -> None:
         if self.task is not None:
             self.task.cancel()
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            self.transport.close()
-
-    def on_message_begin(self) -> None:
-        self.url = b""
-        self.body = []
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
 
     def on_message_complete(self) -> None:
         if self.parser.get_method() == b"GET":
@@ -76,7 +55,7 @@ class Proxied(asyncio.Protocol):
 
     async def forward(self, path: str, body: bytes) -> None:
         response = await self.client.post(
-            self.backend + path, body, {"Content-Type": "application/json"}
+            self.backend_url + path, body, {"Content-Type": "application/json"}
         )
         write = self.transport.write
         write(STREAM_HEAD)

@@ -46,3 +46,16 @@ def check_bindable(flag: str, address: str) -> None:
             probe.bind(sockaddr)
         except OSError as e:
             raise OSError(f"{flag} {address}: {e.strerror.lower()}") from None
+
+
+def http_listening_socket(address: str) -> socket.socket:
+    """A socket bound to and listening on `address` (`HOST:PORT`, checked;
+    an IPv6 host in brackets), for an HTTP server on the caller's own loop;
+    OSError when it cannot be bound. Its accepted sockets inherit
+    TCP_NODELAY: each streamed event goes out as written, not held back
+    for the client's delayed ACK."""
+    host, _, port = address.rpartition(":")
+    family = socket.AF_INET6 if host.startswith("[") else socket.AF_INET
+    listening = socket.create_server((host.strip("[]"), int(port)), family=family)
+    listening.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return listening

@@ -27,11 +27,12 @@ import collections
 import contextlib
 import json
 import logging
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
 
 import httptools
+
+from kvrouter.net.addresses import http_listening_socket
 
 log = logging.getLogger("kvrouter.net.http")
 
@@ -406,12 +407,7 @@ class Http1Server:
         OSError when it cannot. `on_stopped` runs once the server is down."""
         self.handler = handler
         self._on_stopped = on_stopped
-        host, _, port = listen.rpartition(":")
-        family = socket.AF_INET6 if host.startswith("[") else socket.AF_INET
-        self.socket = socket.create_server((host.strip("[]"), int(port)), family=family)
-        # Accepted sockets inherit it: each event goes out as written, not held
-        # back for the client's delayed ACK.
-        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.socket = http_listening_socket(listen)
         self.port = self.socket.getsockname()[1]
         self.stopping = False
         self._connections: set[_Connection] = set()

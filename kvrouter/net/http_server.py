@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import Awaitable, Callable
 
 import uvicorn
+
+from kvrouter.net.addresses import http_listening_socket
 
 
 class _Server(uvicorn.Server):
@@ -30,12 +31,7 @@ class HttpServer:
         """Binds `listen` (`HOST:PORT`, checked; an IPv6 host in brackets);
         OSError when it cannot. `on_stopped` runs once the server is down."""
         self._on_stopped = on_stopped
-        host, _, port = listen.rpartition(":")
-        family = socket.AF_INET6 if host.startswith("[") else socket.AF_INET
-        self.socket = socket.create_server((host.strip("[]"), int(port)), family=family)
-        # Accepted sockets inherit it: each SSE event goes out as written,
-        # not held back for the client's delayed ACK.
-        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.socket = http_listening_socket(listen)
         self.port = self.socket.getsockname()[1]
         config = uvicorn.Config(
             app,
