@@ -218,6 +218,7 @@ class _Connection(asyncio.Protocol):
         self.parsing: Request | None = None
         self.waiting: collections.deque[Request] = collections.deque()
         self.answering: asyncio.Task | None = None
+        self.answered: Request | None = None
         self.streaming = False
         self.idle: asyncio.TimerHandle | None = None
         self.drained: asyncio.Future | None = None
@@ -236,7 +237,7 @@ class _Connection(asyncio.Protocol):
         self.server._connections.discard(self)
         if self.idle is not None:
             self.idle.cancel()
-        for request in (self.parsing, *self.waiting):
+        for request in (self.answered, self.parsing, *self.waiting):
             if request is not None:
                 request._lost()
         if self.answering is not None and self.streaming:
@@ -334,6 +335,7 @@ class _Connection(asyncio.Protocol):
         self.transport.close()
 
     def _answer(self, request: Request) -> None:
+        self.answered = request
         self.answering = asyncio.ensure_future(self._run(request))
 
     async def _run(self, request: Request) -> None:
@@ -355,7 +357,7 @@ class _Connection(asyncio.Protocol):
         except asyncio.CancelledError:
             close = True
         close = close or request.incomplete
-        self.answering = None
+        self.answering = self.answered = None
         if close or self.closing:
             self.close()
         elif self.waiting:
@@ -372,6 +374,10 @@ class _Connection(asyncio.Protocol):
         try:
             async with contextlib.aclosing(stream.events):
                 async for event in stream.events:
+                    # Checked after the first event, not before: an iterator
+                    # closed before it starts never runs its cleanup.
+                    if request.gone:
+                        return True  # it left while the stream was being set up
                     self.write(b"%x\r\n%b\r\n" % (len(event), event) if chunked else event)
                     if self.drained is not None:
                         await self.drained

@@ -29,11 +29,21 @@ class Served:
 
     def __init__(self) -> None:
         self.closed_streams = 0
+        self.produced_events = 0
         self.release = asyncio.Event()
+        self.set_up = asyncio.Event()
+        self.saw_gone = False
 
     async def handle(self, request: Request) -> Answer | EventStream:
         if request.path == "/stream":
             return EventStream(self._events(), {"x-request-id": "r1"})
+        if request.path == "/until-gone":
+            await request.disconnected()
+            self.saw_gone = True
+            return Answer(b"nobody reads this")
+        if request.path == "/slow-stream":
+            await self.set_up.wait()
+            return EventStream(self._events(), {})
         try:
             body = await request.body(LIMIT)
         except BodyTooBig as e:
@@ -42,7 +52,9 @@ class Served:
 
     async def _events(self):
         try:
+            self.produced_events += 1
             yield b"data: 1\n\n"
+            self.produced_events += 1
             yield b"data: 2\n\n"
             await self.release.wait()
             yield b"data: [DONE]\n\n"
@@ -167,5 +179,40 @@ def test_a_client_gone_mid_stream_closes_the_events():
                 break
             await asyncio.sleep(0.01)
         assert served.closed_streams == 1
+
+    _run(test)
+
+
+def test_a_client_gone_before_its_stream_began_ends_it_at_once():
+    async def test(served, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /slow-stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        writer.close()
+        await asyncio.sleep(0.1)
+        served.set_up.set()
+        for _ in range(500):
+            if served.closed_streams:
+                break
+            await asyncio.sleep(0.01)
+        # Started, so that its cleanup runs, and closed after its first event.
+        assert served.closed_streams == 1
+        assert served.produced_events == 1
+
+    _run(test)
+
+
+def test_a_handler_learns_that_its_client_left():
+    async def test(served, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /until-gone HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.close()
+        for _ in range(500):
+            if served.saw_gone:
+                break
+            await asyncio.sleep(0.01)
+        assert served.saw_gone
 
     _run(test)
