@@ -16,9 +16,11 @@ A client that goes away mid-stream cancels the task producing the events;
 an `EventStream`'s iterator is closed either way.
 
 Connections are kept alive (HTTP/1.1's default) and closed after
-`KEEP_ALIVE_S` idle; pipelined requests are answered in order, one at a
+`keep_alive_s` idle; pipelined requests are answered in order, one at a
 time. A request that does not parse gets a 400, one whose headers exceed
-`MAX_HEADER_BYTES` a 431, and its connection is closed."""
+`MAX_HEADER_BYTES` a 431, and one whose headers are not all in within
+`keep_alive_s` of the connection going idle a 408 (a client trickling its
+headers holds no connection for longer); each closes its connection."""
 
 from __future__ import annotations
 
@@ -223,6 +225,7 @@ class _Connection(asyncio.Protocol):
         self.idle: asyncio.TimerHandle | None = None
         self.drained: asyncio.Future | None = None
         self.closing = False
+        self.receiving_head = False
         self.out: list[bytes] = []
 
     # -- asyncio.Protocol
@@ -265,9 +268,8 @@ class _Connection(asyncio.Protocol):
     # -- httptools
 
     def on_message_begin(self) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
-            self.idle = None
+        # The idle timer runs on until the headers are in.
+        self.receiving_head = True
         self.url = b""
         self.headers = {}
         self.header_bytes = 0
@@ -286,6 +288,10 @@ class _Connection(asyncio.Protocol):
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        self.receiving_head = False
+        if self.idle is not None:
+            self.idle.cancel()
+            self.idle = None
         if self.closing:
             return
         method = self.parser.get_method().decode("latin-1")
@@ -397,21 +403,31 @@ class _Connection(asyncio.Protocol):
         if self.server.stopping:
             self.close()
             return
-        self.idle = asyncio.get_running_loop().call_later(KEEP_ALIVE_S, self._idle_out)
+        keep_alive_s = self.server.keep_alive_s
+        self.idle = asyncio.get_running_loop().call_later(keep_alive_s, self._idle_out)
 
     def _idle_out(self) -> None:
         self.idle = None
-        if self.answering is None and self.parsing is None:
+        if self.receiving_head:
+            waited = self.server.keep_alive_s
+            self._refuse(408, f"the request's headers did not arrive within {waited:g} s")
+        elif self.answering is None and self.parsing is None:
             self.close()
 
 
 class Http1Server:
     def __init__(
-        self, handler: Handler, listen: str, *, on_stopped: Callable[[], Awaitable[None]]
+        self,
+        handler: Handler,
+        listen: str,
+        *,
+        on_stopped: Callable[[], Awaitable[None]],
+        keep_alive_s: float = KEEP_ALIVE_S,
     ) -> None:
         """Binds `listen` (`HOST:PORT`, checked; an IPv6 host in brackets);
         OSError when it cannot. `on_stopped` runs once the server is down."""
         self.handler = handler
+        self.keep_alive_s = keep_alive_s
         self._on_stopped = on_stopped
         self.socket = http_listening_socket(listen)
         self.port = self.socket.getsockname()[1]

@@ -78,10 +78,12 @@ async def _exchange(port: int, data: bytes, until: bytes = b"", timeout: float =
     return got
 
 
-def _run(test):
+def _run(test, keep_alive_s: float = 5.0):
     async def main():
         served = Served()
-        server = Http1Server(served.handle, "127.0.0.1:0", on_stopped=_nothing)
+        server = Http1Server(
+            served.handle, "127.0.0.1:0", on_stopped=_nothing, keep_alive_s=keep_alive_s
+        )
         await server.start()
         try:
             await test(served, server.port)
@@ -216,3 +218,17 @@ def test_a_handler_learns_that_its_client_left():
         assert served.saw_gone
 
     _run(test)
+
+
+def test_headers_that_trickle_in_get_408_and_an_idle_connection_is_closed():
+    async def test(_, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /a HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        got = await asyncio.wait_for(reader.read(), 5)
+        assert got.startswith(b"HTTP/1.1 408 Request Timeout")
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # idle: closed, no answer
+        writer.close()
+
+    _run(test, keep_alive_s=0.2)
