@@ -38,6 +38,8 @@ __all__ = [
     "check_namespace",
     "check_model",
     "prompt_length",
+    "CompletionStream",
+    "token_ids_json",
     "RouteRefused",
     "NoWorkerAvailable",
     "UnknownModel",
@@ -580,7 +582,7 @@ class CompletionStream:
     """One engine's streamed `/v1/completions` answer (vLLM, SGLang, asked
     with `return_token_ids`), fed its body's bytes as they arrive."""
 
-    def __init__(self, limit: int) -> None:
+    def __new__(cls, limit: int) -> Self:
         """`limit`: the most bytes one event's data may hold."""
 
     def feed(self, data: bytes) -> tuple[list[int], str | None, bool]:
