@@ -129,10 +129,17 @@ def wait_http(url: str, timeout_s: float, process: subprocess.Popen | None = Non
         time.sleep(0.2)
 
 
-def start(command: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+def start(
+    command: list[str], log: Path, env: dict | None = None, cwd: Path | None = None
+) -> subprocess.Popen:
     sink = log.open("w")
     return subprocess.Popen(
-        command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        command,
+        stdout=sink,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
     )
 
 
@@ -271,12 +278,16 @@ class Leg:
             "--log-level",
             "warning",
         ]
-        env = None
+        env = cwd = None
         if self.name == BEFORE_LEG:
             if self.args.before is None:
                 raise LegUnavailable("no --before checkout")
+            # Run from the checkout: `python -m` puts the working directory
+            # ahead of PYTHONPATH, so from this one it would import this code.
             env = os.environ | {"PYTHONPATH": str(self.args.before)}
-        self.process = start(command, log, env)
+            cwd = self.args.before
+            _check_imports_from(self.args.before, env)
+        self.process = start(command, log, env, cwd)
         wait_http(self.url + "/health", 60, self.process)
         self.worker = OpenAiWorker(f"127.0.0.1:{grpc_port}", self.backend_url)
         wait_http(self.url + "/ready", 30, self.process)
@@ -351,6 +362,20 @@ def oha(
         "mean_ms": 1000 * (summary.get("average") or 0),
         "errors": {error: n for error, n in errors.items() if error != CUT_AT_END},
     }
+
+
+def _check_imports_from(checkout: Path, env: dict) -> None:
+    """LegUnavailable unless a router started from `checkout` imports its code."""
+    found = subprocess.run(
+        [sys.executable, "-c", "import kvrouter; print(kvrouter.__file__)"],
+        env=env,
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not Path(found).resolve().is_relative_to(checkout.resolve()):
+        raise LegUnavailable(f"a router started from {checkout} imports {found}")
 
 
 def check_stream(url: str, body: bytes, tokens: int) -> None:
