@@ -33,8 +33,10 @@ class Served:
         self.release = asyncio.Event()
         self.set_up = asyncio.Event()
         self.saw_gone = False
+        self.asked: Request | None = None
 
     async def handle(self, request: Request) -> Answer | EventStream:
+        self.asked = request
         if request.path == "/stream":
             return EventStream(self._events(), {"x-request-id": "r1"})
         if request.path == "/until-gone":
@@ -60,6 +62,21 @@ class Served:
             yield b"data: [DONE]\n\n"
         finally:
             self.closed_streams += 1
+
+
+async def _eventually(condition) -> None:
+    """Returns once `condition()` holds; fails after 5 s."""
+    async with asyncio.timeout(5):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def _ask_and_leave(served: Served, port: int, path: bytes) -> None:
+    """GETs `path`, and closes the connection once the handler has it."""
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path)
+    await _eventually(lambda: served.asked is not None)
+    writer.close()
 
 
 async def _exchange(port: int, data: bytes, until: bytes = b"", timeout: float = 5) -> bytes:
@@ -176,29 +193,18 @@ def test_a_client_gone_mid_stream_closes_the_events():
         writer.write(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
         await asyncio.wait_for(reader.readuntil(b"data: 2"), 5)
         writer.close()
-        for _ in range(500):
-            if served.closed_streams:
-                break
-            await asyncio.sleep(0.01)
-        assert served.closed_streams == 1
+        await _eventually(lambda: served.closed_streams == 1)
 
     _run(test)
 
 
 def test_a_client_gone_before_its_stream_began_ends_it_at_once():
     async def test(served, port):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /slow-stream HTTP/1.1\r\nHost: x\r\n\r\n")
-        await writer.drain()
-        writer.close()
-        await asyncio.sleep(0.1)
+        await _ask_and_leave(served, port, b"/slow-stream")
+        await _eventually(lambda: served.asked.gone)
         served.set_up.set()
-        for _ in range(500):
-            if served.closed_streams:
-                break
-            await asyncio.sleep(0.01)
+        await _eventually(lambda: served.closed_streams == 1)
         # Started, so that its cleanup runs, and closed after its first event.
-        assert served.closed_streams == 1
         assert served.produced_events == 1
 
     _run(test)
@@ -206,16 +212,8 @@ def test_a_client_gone_before_its_stream_began_ends_it_at_once():
 
 def test_a_handler_learns_that_its_client_left():
     async def test(served, port):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /until-gone HTTP/1.1\r\nHost: x\r\n\r\n")
-        await writer.drain()
-        await asyncio.sleep(0.05)
-        writer.close()
-        for _ in range(500):
-            if served.saw_gone:
-                break
-            await asyncio.sleep(0.01)
-        assert served.saw_gone
+        await _ask_and_leave(served, port, b"/until-gone")
+        await _eventually(lambda: served.saw_gone)
 
     _run(test)
 
