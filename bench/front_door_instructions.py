@@ -37,7 +37,7 @@ from router_overhead import (
     MODEL,
     LegUnavailable,
     OpenAiWorker,
-    _check_imports_from,
+    check_imports_from,
     prompt_of,
     start,
     stop,
@@ -76,7 +76,7 @@ def main_thread_instructions(args, checkout: Path | None, requests: int, work: P
     env = None
     if checkout is not None:
         env = os.environ | {"PYTHONPATH": str(checkout)}
-        _check_imports_from(checkout, env)
+        check_imports_from(checkout, env)
     router = start(command, work / "router.log", env, checkout)
     url = f"http://127.0.0.1:{http_port}"
     worker = None

@@ -286,7 +286,7 @@ class Leg:
             # ahead of PYTHONPATH, so from this one it would import this code.
             env = os.environ | {"PYTHONPATH": str(self.args.before)}
             cwd = self.args.before
-            _check_imports_from(self.args.before, env)
+            check_imports_from(self.args.before, env)
         self.process = start(command, log, env, cwd)
         wait_http(self.url + "/health", 60, self.process)
         self.worker = OpenAiWorker(f"127.0.0.1:{grpc_port}", self.backend_url)
@@ -364,7 +364,7 @@ def oha(
     }
 
 
-def _check_imports_from(checkout: Path, env: dict) -> None:
+def check_imports_from(checkout: Path, env: dict) -> None:
     """LegUnavailable unless a router started from `checkout` imports its code."""
     found = subprocess.run(
         [sys.executable, "-c", "import kvrouter; print(kvrouter.__file__)"],

@@ -129,20 +129,17 @@ class EngineClient:
                 deadline,
             )
             last = None
-            try:
-                async with aclosing(pieces):
-                    async for tokens, reason in pieces:
-                        # One read's events are one chunk: as streamed, with a
-                        # chunk's cost paid once however many tokens it holds.
-                        if reason is not None:
-                            # Held until the stream ends, so that its connection is kept.
-                            last = (tokens, FINISH_REASONS[reason])
-                        elif tokens:
-                            tokens_seen = True
-                            yield tokens, 0
-            except (WorkerFailure, RequestFailed):
-                if last is None:
-                    raise
+            async with aclosing(pieces):
+                async for tokens, reason in pieces:
+                    # One read's events are one chunk: as streamed, with a
+                    # chunk's cost paid once however many tokens it holds.
+                    if reason is not None:
+                        # The last piece; yielded once `finished` is set, so that
+                        # a caller stopping at it still keeps the connection.
+                        last = (tokens, FINISH_REASONS[reason])
+                    elif tokens:
+                        tokens_seen = True
+                        yield tokens, 0
             if last is None:
                 raise WorkerFailure(
                     worker_id, grpc.StatusCode.UNAVAILABLE, "the stream ended before a finish"

@@ -130,22 +130,23 @@ class FrontDoorMetrics:
     def queued(self, record: RequestRecord) -> None:
         """Observes the time `record` waited for admission."""
         key = (record.model, record.priority)
-        child = self._queue_children.get(key)
-        if child is None:
-            if len(self._queue_children) >= MAX_CACHED_SERIES:
-                self._queue_children.clear()
-            child = self._queue_children[key] = self.queue_time.labels(*key)
+        child = _cached(self._queue_children, key, lambda: self.queue_time.labels(*key))
         child.observe(record.queue_s)
 
     def _series(self, model: str, route: str) -> _Series:
-        """The (model, route) children, looked up once: a `labels` call
-        locks and checks its labels each time."""
-        series = self._children.get((model, route))
-        if series is None:
-            if len(self._children) >= MAX_CACHED_SERIES:
-                self._children.clear()
-            series = self._children[(model, route)] = _Series(self, model, route)
-        return series
+        key = (model, route)
+        return _cached(self._children, key, lambda: _Series(self, model, route))
+
+
+def _cached(cache: dict, key, make):
+    """`cache[key]`, made once: a `labels` call locks and checks its labels
+    each time it is made."""
+    value = cache.get(key)
+    if value is None:
+        if len(cache) >= MAX_CACHED_SERIES:
+            cache.clear()
+        value = cache[key] = make()
+    return value
 
 
 class _Series:
@@ -163,10 +164,9 @@ class _Series:
         self.generation_tokens = metrics.generation_tokens.labels(*labels)
 
     def requests(self, status: int) -> Counter:
-        counter = self._by_status.get(status)
-        if counter is None:
-            counter = self._by_status[status] = self._requests.labels(*self._labels, str(status))
-        return counter
+        return _cached(
+            self._by_status, status, lambda: self._requests.labels(*self._labels, str(status))
+        )
 
 
 def _log_fields(record: RequestRecord, ended: float) -> dict:

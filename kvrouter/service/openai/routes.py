@@ -6,11 +6,17 @@ path asked with another method a 405."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 
 import msgspec
 
-from kvrouter.net.http1_server import Answer, BodyTooBig, ClientGone, EventStream, Request
+from kvrouter.net.http1_server import (
+    Answer,
+    BodyTooBig,
+    ClientGone,
+    EventStream,
+    Handler,
+    Request,
+)
 from kvrouter.service.openai.errors import HttpError
 
 log = logging.getLogger("kvrouter.service.openai")
@@ -39,9 +45,6 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise body_too_big(limit) from None
     except ClientGone:
         raise HttpError(499, "the client went away") from None
-
-
-Handler = Callable[[Request], Awaitable["Answer | EventStream"]]
 
 
 class Routes:
