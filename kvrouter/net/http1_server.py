@@ -35,6 +35,7 @@ from http import HTTPStatus
 import httptools
 
 from kvrouter.net.addresses import http_listening_socket
+from kvrouter.net.lazy_timer import LazyTimer
 
 log = logging.getLogger("kvrouter.net.http")
 
@@ -92,17 +93,24 @@ class Request:
         self._waiter: asyncio.Future | None = None
         self._connection = connection
 
-    async def body(self, limit: int) -> bytes:
+    async def body(self, limit: int, timeout_s: float) -> bytes:
         """The whole body. BodyTooBig past `limit` bytes, ClientGone when the
-        client leaves before it is sent."""
-        if not self._complete and self.headers.get("expect", "").lower() == "100-continue":
-            self._connection.write(CONTINUE)
-        while not self._complete:
-            if self._size > limit:
-                raise BodyTooBig(limit)
-            if self._gone:
-                raise ClientGone()
-            await self._wait()
+        client leaves before it is sent, TimeoutError when it is not all in
+        within `timeout_s`."""
+        if not self._complete:
+            if self.headers.get("expect", "").lower() == "100-continue":
+                self._connection.write(CONTINUE)
+            timer = self._connection.timer
+            timer.arm(timeout_s)
+            try:
+                while not self._complete:
+                    if self._size > limit:
+                        raise BodyTooBig(limit)
+                    if self._gone:
+                        raise ClientGone()
+                    await self._wait()
+            finally:
+                timer.disarm()
         if self._size > limit:
             raise BodyTooBig(limit)
         return b"".join(self._parts) if len(self._parts) != 1 else self._parts[0]
@@ -121,11 +129,15 @@ class Request:
         return not self._complete
 
     async def _wait(self) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = self._connection.loop.create_future()
         try:
             await self._waiter
         finally:
             self._waiter = None
+
+    def _time_out(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(TimeoutError())
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -210,8 +222,9 @@ class _Connection(asyncio.Protocol):
     """One client connection: its parser, the request being parsed, those
     waiting their turn, and the one being answered."""
 
-    def __init__(self, server: Http1Server) -> None:
+    def __init__(self, server: Http1Server, loop: asyncio.AbstractEventLoop) -> None:
         self.server = server
+        self.loop = loop
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.url = b""
@@ -222,7 +235,8 @@ class _Connection(asyncio.Protocol):
         self.answering: asyncio.Task | None = None
         self.answered: Request | None = None
         self.streaming = False
-        self.idle: asyncio.TimerHandle | None = None
+        # The keep-alive time while idle, or the body's time while it is awaited.
+        self.timer = LazyTimer(loop, self._timed_out)
         self.drained: asyncio.Future | None = None
         self.closing = False
         self.receiving_head = False
@@ -238,8 +252,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closing = True
         self.server._connections.discard(self)
-        if self.idle is not None:
-            self.idle.cancel()
+        self.timer.close()
         for request in (self.answered, self.parsing, *self.waiting):
             if request is not None:
                 request._lost()
@@ -258,7 +271,7 @@ class _Connection(asyncio.Protocol):
             self._refuse(400, f"the request does not parse: {e}")
 
     def pause_writing(self) -> None:
-        self.drained = asyncio.get_running_loop().create_future()
+        self.drained = self.loop.create_future()
 
     def resume_writing(self) -> None:
         if self.drained is not None and not self.drained.done():
@@ -268,7 +281,7 @@ class _Connection(asyncio.Protocol):
     # -- httptools
 
     def on_message_begin(self) -> None:
-        # The idle timer runs on until the headers are in.
+        # The keep-alive time runs on until the headers are in.
         self.receiving_head = True
         self.url = b""
         self.headers = {}
@@ -289,9 +302,7 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.receiving_head = False
-        if self.idle is not None:
-            self.idle.cancel()
-            self.idle = None
+        self.timer.disarm()
         if self.closing:
             return
         method = self.parser.get_method().decode("latin-1")
@@ -321,7 +332,7 @@ class _Connection(asyncio.Protocol):
         if self.closing:
             return
         if not self.out:
-            asyncio.get_running_loop().call_soon(self._flush)
+            self.loop.call_soon(self._flush)
         self.out.append(data)
 
     def _flush(self) -> None:
@@ -342,7 +353,7 @@ class _Connection(asyncio.Protocol):
 
     def _answer(self, request: Request) -> None:
         self.answered = request
-        self.answering = asyncio.ensure_future(self._run(request))
+        self.answering = self.loop.create_task(self._run(request))
 
     async def _run(self, request: Request) -> None:
         try:
@@ -403,15 +414,15 @@ class _Connection(asyncio.Protocol):
         if self.server.stopping:
             self.close()
             return
-        keep_alive_s = self.server.keep_alive_s
-        self.idle = asyncio.get_running_loop().call_later(keep_alive_s, self._idle_out)
+        self.timer.arm(self.server.keep_alive_s)
 
-    def _idle_out(self) -> None:
-        self.idle = None
-        if self.receiving_head:
+    def _timed_out(self) -> None:
+        if self.answered is not None:
+            self.answered._time_out()  # its body is late
+        elif self.receiving_head:
             waited = self.server.keep_alive_s
             self._refuse(408, f"the request's headers did not arrive within {waited:g} s")
-        elif self.answering is None and self.parsing is None:
+        elif self.parsing is None:
             self.close()
 
 
@@ -438,7 +449,7 @@ class Http1Server:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self), sock=self.socket, backlog=2048
+            lambda: _Connection(self, loop), sock=self.socket, backlog=2048
         )
 
     async def stop(self, grace_s: float) -> None:

@@ -23,9 +23,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httptools
+
+from kvrouter.net.lazy_timer import LazyTimer
 
 IDLE_S = 4.0
 # Buffered body bytes past which the socket stops being read until the caller reads.
@@ -40,11 +43,15 @@ class _Connection(asyncio.Protocol):
     """One connection and the response being read on it (httptools calls
     the `on_*` methods as it parses)."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.reused = False
-        self.idle_timer: asyncio.TimerHandle | None = None
+        # One timer for every limit: a caller's wait, and the idle time.
+        self.timer = LazyTimer(loop, self._timed_out)
+        # What to do when the idle time is up (kept in the pool, or drained).
+        self.on_idle_expiry: Callable[[], None] | None = None
         # Set when the caller is done with a response whose end has not come yet.
         self.on_complete = None
         self._reset()
@@ -59,8 +66,6 @@ class _Connection(asyncio.Protocol):
         self.chunks: collections.deque[bytes] = collections.deque()
         self.buffered = 0
         self.paused = False
-        loop = asyncio.get_running_loop()
-        self.headers_done: asyncio.Future = loop.create_future()
         self.waiter: asyncio.Future | None = None
 
     @property
@@ -81,8 +86,7 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
+        self.timer.close()
         if exc is None and self._ends_at_close():
             self.complete = True
             self._wake()
@@ -108,8 +112,7 @@ class _Connection(asyncio.Protocol):
         self.status = self.parser.get_status_code()
         # Asked here: once the message is complete the parser describes the next one.
         self.keep_alive = self.parser.should_keep_alive()
-        if not self.headers_done.done():
-            self.headers_done.set_result(None)
+        self._wake()
 
     def on_body(self, body: bytes) -> None:
         if self.on_complete is not None:
@@ -134,27 +137,54 @@ class _Connection(asyncio.Protocol):
     def _fail(self, error: BaseException) -> None:
         if self.error is None:
             self.error = error
-        if not self.headers_done.done():
-            self.headers_done.set_exception(error)
-            self.headers_done.exception()  # read: a caller gone first leaves none waiting
         self._wake()
 
     def _wake(self) -> None:
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(None)
 
-    async def read_some(self) -> bytes:
-        """The body's next bytes; b"" once it has ended."""
-        while not self.chunks:
-            if self.complete:
-                return b""
-            if self.error is not None:
-                raise self.error
-            self.waiter = asyncio.get_running_loop().create_future()
+    def _timed_out(self) -> None:
+        if self.waiter is not None:
+            if not self.waiter.done():
+                self.waiter.set_exception(TimeoutError())
+        elif self.on_idle_expiry is not None:
+            self.on_idle_expiry()
+
+    async def _wait(self) -> None:
+        self.waiter = self.loop.create_future()
+        try:
+            await self.waiter
+        finally:
+            self.waiter = None
+
+    async def head(self, timeout_s: float) -> None:
+        """Returns once the response's status and headers are in;
+        TimeoutError when they are not within `timeout_s`."""
+        if self.status:
+            return
+        self.timer.arm(timeout_s)
+        try:
+            while not self.status:
+                if self.error is not None:
+                    raise self.error
+                await self._wait()
+        finally:
+            self.timer.disarm()
+
+    async def read_some(self, timeout_s: float) -> bytes:
+        """The body's next bytes; b"" once it has ended. TimeoutError when
+        none come within `timeout_s`."""
+        if not self.chunks:
+            self.timer.arm(timeout_s)
             try:
-                await self.waiter
+                while not self.chunks:
+                    if self.complete:
+                        return b""
+                    if self.error is not None:
+                        raise self.error
+                    await self._wait()
             finally:
-                self.waiter = None
+                self.timer.disarm()
         data = b"".join(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
         self.chunks.clear()
         self.buffered = 0
@@ -176,17 +206,20 @@ class Response:
         self.status = connection.status
         self.headers = connection.headers
 
-    async def read_some(self) -> bytes:
-        return await self._connection.read_some()
+    async def read_some(self, timeout_s: float) -> bytes:
+        """The body's next bytes; b"" once it has ended. TimeoutError when
+        none come within `timeout_s`."""
+        return await self._connection.read_some(timeout_s)
 
-    async def read(self) -> bytes:
+    async def read(self, timeout_s: float) -> bytes:
+        """The rest of the body; TimeoutError when it is silent for `timeout_s`."""
         parts = []
-        while part := await self.read_some():
+        while part := await self.read_some(timeout_s):
             parts.append(part)
         return b"".join(parts)
 
-    async def text(self) -> str:
-        return (await self.read()).decode("utf-8", "replace")
+    async def text(self, timeout_s: float) -> str:
+        return (await self.read(timeout_s)).decode("utf-8", "replace")
 
     def release(self) -> None:
         """Keeps the connection once the response has ended: now, or when
@@ -199,15 +232,14 @@ class Response:
             connection.on_complete = lambda: self.release_ended(connection)
             if connection.paused:
                 connection.transport.resume_reading()
-            connection.idle_timer = asyncio.get_running_loop().call_later(
-                IDLE_S, connection.transport.close
-            )
+            connection.on_idle_expiry = connection.transport.close
+            connection.timer.arm(IDLE_S)
             return
         self.release_ended(connection)
 
     def release_ended(self, connection: _Connection) -> None:
-        if connection.idle_timer is not None:
-            connection.idle_timer.cancel()
+        connection.on_idle_expiry = None
+        connection.timer.disarm()
         if connection.usable and connection.keep_alive:
             self._client._keep(self._origin, connection)
         else:
@@ -240,8 +272,12 @@ class HttpClient:
             parsed = self._origins[url] = ((parts.scheme, parts.hostname, port), target)
         return parsed
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> Response:
-        """The response to a POST of `body`, once its headers have arrived."""
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str], timeout_s: float
+    ) -> Response:
+        """The response to a POST of `body`, once its headers have arrived;
+        TimeoutError when they have not within `timeout_s` (the connection
+        is then closed)."""
         origin, target = self._origin(url)
         scheme, host, port = origin
         host_header = host if port in (80, 443) else f"{host}:{port}"
@@ -252,7 +288,10 @@ class HttpClient:
             connection = self._kept(origin) or await self._connect(scheme, host, port)
             connection.transport.write(request)
             try:
-                await connection.headers_done
+                await connection.head(timeout_s)
+            except TimeoutError:
+                connection.transport.close()
+                raise
             except OSError:
                 if connection.reused and not connection.received:
                     continue  # closed idle by the server as it was written to
@@ -266,7 +305,8 @@ class HttpClient:
         idle = self._idle.get(origin)
         while idle:
             connection = idle.pop()
-            connection.idle_timer.cancel()
+            connection.on_idle_expiry = None
+            connection.timer.disarm()
             if connection.usable:
                 connection._reset()
                 connection.reused = True
@@ -277,16 +317,19 @@ class HttpClient:
         loop = asyncio.get_running_loop()
         secure = self._ssl if scheme == "https" else None
         _, connection = await loop.create_connection(
-            _Connection, host, port, ssl=secure, server_hostname=host if secure else None
+            lambda: _Connection(loop),
+            host,
+            port,
+            ssl=secure,
+            server_hostname=host if secure else None,
         )
         return connection
 
     def _keep(self, origin: tuple, connection: _Connection) -> None:
         idle = self._idle.setdefault(origin, [])
         idle.append(connection)
-        connection.idle_timer = asyncio.get_running_loop().call_later(
-            IDLE_S, self._expire, origin, connection
-        )
+        connection.on_idle_expiry = lambda: self._expire(origin, connection)
+        connection.timer.arm(IDLE_S)
 
     def _expire(self, origin: tuple, connection: _Connection) -> None:
         idle = self._idle.get(origin)
@@ -297,6 +340,6 @@ class HttpClient:
     async def close(self) -> None:
         for idle in self._idle.values():
             for connection in idle:
-                connection.idle_timer.cancel()
+                connection.timer.close()
                 connection.transport.close()
         self._idle.clear()

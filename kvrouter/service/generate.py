@@ -86,7 +86,8 @@ class GenerationProxy:
 
     async def stream(self, request: gen.GenerateRequest, timeout_s: float | None):
         """The request's chunks, routed and driven through the workers within
-        `timeout_s` (None: `default_timeout_s`). ServiceError when it is
+        `timeout_s` (None: `default_timeout_s`); `request.request_id` is set
+        to the id it runs under. ServiceError when it is
         refused or fails. Closing the stream early cancels the request on
         the workers; either way its booking is closed."""
         prompt, request_id = self._validate(request)
@@ -105,10 +106,9 @@ class GenerationProxy:
             raise ServiceError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
         except ValueError as e:
             raise invalid(str(e)) from None
-        forwarded = gen.GenerateRequest()
-        forwarded.CopyFrom(request)
-        forwarded.request_id = request_id
-        run = ProxiedRequest(self.ctx, forwarded, _token_array(prompt), decision, deadline)
+        # The workers are sent the request as it came, under the id chosen.
+        request.request_id = request_id
+        run = ProxiedRequest(self.ctx, request, _token_array(prompt), decision, deadline)
         finished = False
         try:
             async with aclosing(run.stream()) as chunks:

@@ -19,7 +19,6 @@ import json
 import ssl
 import tempfile
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import aclosing
 from pathlib import Path
 
 import grpc
@@ -30,7 +29,13 @@ from kvrouter.net.credentials import Credentials
 from kvrouter.net.http_client import HttpClient, Response
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.sampling_rules import wire_top_p
-from kvrouter.service.worker_calls import Deadline, RequestFailed, WorkerFailure, within
+from kvrouter.service.worker_calls import (
+    Deadline,
+    RequestFailed,
+    Silence,
+    WorkerFailure,
+    within,
+)
 
 FINISH_REASONS = {"stop": gen.FINISH_REASON_STOP, "length": gen.FINISH_REASON_LENGTH}
 # What one SSE event may hold beyond the prompt's token ids, which vLLM
@@ -119,27 +124,38 @@ class EngineClient:
         finished = False
         try:
             if response.status != 200:
-                raise await _refusal(worker_id, response)
-            tokens_seen = False
-            pieces = _pieces(
-                response,
-                len(prompt),
-                lambda: token_gap_s if tokens_seen else first_token_s,
-                worker_id,
-                deadline,
-            )
+                raise await _refusal(worker_id, response, first_token_s)
+            # Each read of the body is one piece: as streamed, with a piece's
+            # cost paid once however many tokens it holds. A read that adds
+            # nothing is skipped; an event the core cannot read is the
+            # engine's failure.
+            stream = CompletionStream(len(prompt) * EVENT_BYTES_PER_TOKEN + EVENT_BYTES_SLACK)
+            silent_s = first_token_s
             last = None
-            async with aclosing(pieces):
-                async for tokens, reason in pieces:
-                    # One read's events are one chunk: as streamed, with a
-                    # chunk's cost paid once however many tokens it holds.
-                    if reason is not None:
-                        # The last piece; yielded once `finished` is set, so that
-                        # a caller stopping at it still keeps the connection.
-                        last = (tokens, FINISH_REASONS[reason])
-                    elif tokens:
-                        tokens_seen = True
-                        yield tokens, 0
+            while not stream.ended:
+                silence = Silence(silent_s, worker_id, deadline, "generate")
+                try:
+                    data = await response.read_some(silence.timeout_s)
+                except TimeoutError:
+                    raise silence.failure() from None
+                except OSError as e:
+                    raise WorkerFailure(
+                        worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)
+                    ) from None
+                if not data:
+                    break
+                try:
+                    tokens, reason, _ = stream.feed(data)
+                except ValueError as e:
+                    message = str(e)[:MAX_ERROR_CHARS]
+                    raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, message) from None
+                if reason is not None:
+                    # The last piece; yielded once `finished` is set, so that
+                    # a caller stopping at it still keeps the connection.
+                    last = (tokens, FINISH_REASONS[reason])
+                elif tokens:
+                    silent_s = token_gap_s
+                    yield tokens, 0
             if last is None:
                 raise WorkerFailure(
                     worker_id, grpc.StatusCode.UNAVAILABLE, "the stream ended before a finish"
@@ -169,9 +185,10 @@ class EngineClient:
         )
         try:
             if response.status != 200:
-                raise await _refusal(worker_id, response)
+                raise await _refusal(worker_id, response, timeout_s)
             try:
-                text = await within(response.read(), timeout_s, worker_id, deadline, "prefill")
+                read = response.read(timeout_s)
+                text = await within(read, timeout_s, worker_id, deadline, "prefill")
                 answer = msgspec.json.decode(text)
             except (OSError, msgspec.DecodeError) as e:
                 raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
@@ -202,11 +219,12 @@ class EngineClient:
         rank = self._rank_of(worker_id)
         if rank is not None:
             headers[DP_RANK_HEADER] = str(rank)
-        post = self._http.post(
-            address.rstrip("/") + "/v1/completions", msgspec.json.encode(body), headers
-        )
+        silence = Silence(timeout_s, worker_id, deadline, stage)
+        url = address.rstrip("/") + "/v1/completions"
         try:
-            return await within(post, timeout_s, worker_id, deadline, stage)
+            return await self._http.post(url, msgspec.json.encode(body), headers, silence.timeout_s)
+        except TimeoutError:
+            raise silence.failure() from None
         except OSError as e:
             raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
 
@@ -230,39 +248,12 @@ def _tls_context(credentials: Credentials) -> ssl.SSLContext | bool:
     return context
 
 
-async def _pieces(
-    response: Response,
-    prompt_tokens: int,
-    idle_s: Callable[[], float],
-    worker_id: int,
-    deadline: Deadline,
-) -> AsyncIterator[tuple[list[int], str | None]]:
-    """(token ids, finish reason) of each read of the body, each read within
-    `idle_s()`, until the stream ends (a finish or `[DONE]`) or the body
-    does; a read that adds nothing is skipped. An event the core cannot
-    read (`CompletionStream`) is the engine's failure."""
-    stream = CompletionStream(prompt_tokens * EVENT_BYTES_PER_TOKEN + EVENT_BYTES_SLACK)
-    while not stream.ended:
-        try:
-            data = await within(response.read_some(), idle_s(), worker_id, deadline, "generate")
-        except OSError as e:
-            raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
-        if not data:
-            return
-        try:
-            tokens, reason, _ = stream.feed(data)
-        except ValueError as e:
-            message = str(e)[:MAX_ERROR_CHARS]
-            raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, message) from None
-        if tokens or reason is not None:
-            yield tokens, reason
-
-
-async def _refusal(worker_id: int, response: Response) -> Exception:
+async def _refusal(worker_id: int, response: Response, timeout_s: float) -> Exception:
     """A non-200 answer as the failure it is: the request's own (4xx, not
-    retried) or the engine's (5xx, and 429: overloaded)."""
+    retried) or the engine's (5xx, and 429: overloaded). Its body is read
+    while it comes within `timeout_s`."""
     try:
-        text = await response.text()
+        text = await response.text(timeout_s)
     except OSError as e:
         text = _describe(e)
     try:

@@ -89,23 +89,41 @@ async def read_stream(
         call.cancel()
 
 
+class Silence:
+    """How long a worker may stay silent in one wait: `idle_s`, cut to the
+    request's deadline; `failure()` is what its running out means."""
+
+    __slots__ = ("timeout_s", "_deadline_cut", "_worker_id", "_stage")
+
+    def __init__(self, idle_s: float, worker_id: int, deadline: Deadline, stage: str) -> None:
+        remaining = max(deadline.remaining(), 0.0)
+        self.timeout_s = min(idle_s, remaining)
+        self._deadline_cut = self.timeout_s >= remaining
+        self._worker_id = worker_id
+        self._stage = stage
+
+    def failure(self) -> Exception:
+        """Decided by which limit was set, not by the clock after: the loop
+        may wake a timer a little early, with the deadline not yet passed."""
+        if self._deadline_cut:
+            return RequestFailed(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the request's deadline passed during {self._stage}",
+            )
+        return WorkerFailure(
+            self._worker_id,
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"silent for {self.timeout_s:.1f}s",
+        )
+
+
 async def within(awaitable, idle_s: float, worker_id: int, deadline: Deadline, stage: str):
     """`awaitable`'s result, if the worker answers within `idle_s` and the
     request's deadline; a worker silent for longer is failed."""
-    remaining = max(deadline.remaining(), 0.0)
-    timeout = min(idle_s, remaining)
+    silence = Silence(idle_s, worker_id, deadline, stage)
     try:
         # A timeout scope, not wait_for: wait_for wraps each read in a task of its own.
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(silence.timeout_s):
             return await awaitable
     except TimeoutError:
-        # Decided by which limit was set, not by the clock after: the loop
-        # may wake a timer a little early, with the deadline not yet passed.
-        if timeout >= remaining:
-            raise RequestFailed(
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                f"the request's deadline passed during {stage}",
-            ) from None
-        raise WorkerFailure(
-            worker_id, grpc.StatusCode.DEADLINE_EXCEEDED, f"silent for {timeout:.1f}s"
-        ) from None
+        raise silence.failure() from None

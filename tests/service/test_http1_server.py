@@ -47,7 +47,7 @@ class Served:
             await self.set_up.wait()
             return EventStream(self._events(), {})
         try:
-            body = await request.body(LIMIT)
+            body = await request.body(LIMIT, 5)
         except BodyTooBig as e:
             return Answer(str(e).encode(), 413)
         return Answer(b"%s %s %s" % (request.method.encode(), request.path.encode(), body))

@@ -49,6 +49,11 @@ async def serve(answers):
     return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions", peers
 
 
+TIMEOUT_S = 10.0
+# A limit a silent server runs out: what is measured is that it does.
+SHORT_S = 0.05
+
+
 def ok(body: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
 
@@ -68,8 +73,9 @@ def exchange(answers, requests: int = 1) -> tuple[list[tuple[int, bytes]], list]
         got = []
         try:
             for _ in range(requests):
-                response = await client.post(url, b"{}", {"Content-Type": "application/json"})
-                body = await response.read()
+                headers = {"Content-Type": "application/json"}
+                response = await client.post(url, b"{}", headers, TIMEOUT_S)
+                body = await response.read(TIMEOUT_S)
                 response.release()
                 got.append((response.status, body))
         finally:
@@ -117,7 +123,37 @@ def test_no_server_is_an_os_error():
         server.close()
         await server.wait_closed()
         client = HttpClient()
-        await client.post(url, b"{}", {})
+        await client.post(url, b"{}", {}, TIMEOUT_S)
 
     with pytest.raises(OSError):
         asyncio.run(main())
+
+
+def test_a_server_silent_past_the_limit_is_a_timeout_and_its_connection_is_not_kept():
+    # The first connection's server never answers its request, or, on the
+    # second, sends a stream's head and then nothing; a third answers.
+    heads_only = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    connections = []
+
+    def answers(_):
+        connections.append(None)
+        return (b"", heads_only, ok(b"fine"))[min(len(connections), 3) - 1]
+
+    async def main():
+        server, url, peers = await serve(answers)
+        client = HttpClient()
+        try:
+            with pytest.raises(TimeoutError):
+                await client.post(url, b"{}", {}, SHORT_S)
+            response = await client.post(url, b"{}", {}, TIMEOUT_S)
+            with pytest.raises(TimeoutError):
+                await response.read_some(SHORT_S)
+            response.close()
+            response = await client.post(url, b"{}", {}, TIMEOUT_S)
+            assert await response.read(TIMEOUT_S) == b"fine"
+        finally:
+            await client.close()
+            server.close()
+        return peers
+
+    assert len(asyncio.run(main())) == 3

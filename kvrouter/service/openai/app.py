@@ -159,13 +159,7 @@ class FrontDoor:
         or a 408 for one that takes longer than `body_timeout_s` to come."""
         if int(request.headers.get("content-length") or 0) > self.max_body_bytes:
             raise body_too_big(self.max_body_bytes)
-        try:
-            async with asyncio.timeout(self.body_timeout_s):
-                data = await read_body(request, self.max_body_bytes)
-        except TimeoutError:
-            raise HttpError(
-                408, f"the request body did not arrive within {self.body_timeout_s:g} s"
-            ) from None
+        data = await read_body(request, self.max_body_bytes, self.body_timeout_s)
         try:
             body = msgspec.json.decode(data, type=kind)
         except msgspec.ValidationError as e:

@@ -5,9 +5,10 @@ streamed as server-sent events or answered whole."""
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import time
-import uuid
 from array import array
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -26,6 +27,10 @@ from kvrouter.service.openai.requests import _Sampling
 log = logging.getLogger("kvrouter.service.openai")
 FINISH_REASONS = {gen.FINISH_REASON_STOP: "stop", gen.FINISH_REASON_LENGTH: "length"}
 DONE = b"data: [DONE]\n\n"
+# Request ids: this process's random prefix and a count, unique across
+# routers without a system call per request (as uuid4's urandom is).
+_ID_PREFIX = os.urandom(8).hex()
+_ids = itertools.count()
 
 
 @dataclass
@@ -45,17 +50,15 @@ class Completion:
 
     def __post_init__(self) -> None:
         prefix = "chatcmpl" if self.chat else "cmpl"
-        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.id = f"{prefix}-{_ID_PREFIX}{next(_ids):08x}"
         self.created = int(time.time())
         self.record.request_id = self.id
         self.record.prompt_tokens = len(self.prompt)
-
-    def stop_token_ids(self) -> list[int]:
-        """The request's stop ids, and the model's end-of-sequence ids (from
-        its tokenizer files, which may name more than the engine knows)
-        unless it asks to ignore them."""
+        # The request's stop ids, and the model's end-of-sequence ids (from
+        # its tokenizer files, which may name more than the engine knows)
+        # unless it asks to ignore them.
         eos = [] if self.body.ignore_eos else self.tokenizer.eos_token_ids
-        return sorted({*(self.body.stop_token_ids or ()), *eos})
+        self.stop_token_ids = sorted({*(self.body.stop_token_ids or ()), *eos})
 
     def generate_request(self) -> gen.GenerateRequest:
         body = self.body
@@ -64,7 +67,7 @@ class Completion:
             top_p=1.0 if body.top_p is None else body.top_p,
             top_k=body.sampling_top_k,
             max_tokens=self.max_tokens,
-            stop_token_ids=self.stop_token_ids(),
+            stop_token_ids=self.stop_token_ids,
             ignore_eos=bool(body.ignore_eos),
         )
         if body.sampling_seed is not None:
@@ -89,7 +92,7 @@ class Completion:
             text = TextStream(
                 self.tokenizer.detokenizer(),
                 stop=self.body.stop_strings(),
-                stop_token_ids=self.stop_token_ids(),
+                stop_token_ids=self.stop_token_ids,
             )
             async for chunk in chunks:
                 if chunk.token_ids:

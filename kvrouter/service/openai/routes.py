@@ -36,11 +36,13 @@ def body_too_big(limit: int) -> HttpError:
     return HttpError(413, f"the request body is over {limit} bytes")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     """The whole body: HttpError 413 past `limit` bytes, 499 when the client
-    leaves before it is sent."""
+    leaves before it is sent, 408 when it is not all in within `timeout_s`."""
     try:
-        return await request.body(limit)
+        return await request.body(limit, timeout_s)
+    except TimeoutError:
+        raise HttpError(408, f"the request body did not arrive within {timeout_s:g} s") from None
     except BodyTooBig:
         raise body_too_big(limit) from None
     except ClientGone:
