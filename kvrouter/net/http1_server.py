@@ -13,7 +13,7 @@ when the request's headers have arrived, reads the body with
 `Request.body`, and returns an `Answer` (written whole, with a
 Content-Length) or an `EventStream` (written as it is produced, chunked).
 A client that goes away mid-stream cancels the task producing the events;
-an `EventStream`'s iterator is closed either way.
+an `EventStream`'s iterator is closed either way, and its `on_end` called.
 
 Connections are kept alive (HTTP/1.1's default) and closed after
 `keep_alive_s` idle; pipelined requests are answered in order, one at a
@@ -176,13 +176,21 @@ class Answer:
 
 
 class EventStream:
-    """Server-sent events, each already encoded, sent as they come."""
+    """Server-sent events, each already encoded, sent as they come.
+    `on_end` is called once the stream is over (written, or its client
+    gone), after its iterator is closed."""
 
-    __slots__ = ("events", "headers")
+    __slots__ = ("events", "headers", "on_end")
 
-    def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str]) -> None:
+    def __init__(
+        self,
+        events: AsyncIterator[bytes],
+        headers: dict[str, str],
+        on_end: Callable[[], None] | None = None,
+    ) -> None:
         self.events = events
         self.headers = headers
+        self.on_end = on_end
 
 
 Handler = Callable[[Request], Awaitable["Answer | EventStream"]]
@@ -408,6 +416,8 @@ class _Connection(asyncio.Protocol):
             return True
         finally:
             self.streaming = False
+            if stream.on_end is not None:
+                stream.on_end()
         return close or not chunked
 
     def _arm_idle(self) -> None:

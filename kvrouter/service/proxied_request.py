@@ -99,24 +99,30 @@ class ProxiedRequest:
 
     # -- the whole request
 
-    async def stream(self) -> AsyncIterator[gen.GenerateResponse]:
-        handoff = None
-        if self.decision.disaggregated and self.ctx.over_http(self.decode_worker):
+    def stream(self) -> AsyncIterator[gen.GenerateResponse]:
+        """The request's chunks: to be iterated at once, and closed."""
+        if not self.decision.disaggregated:
+            return self._decode(None)
+        if self.ctx.over_http(self.decode_worker):
             self.engine_split = self.ctx.engine_split(
                 self.decision.prefill_worker, self.decode_worker
             )
             if self.engine_split is None:
                 self.ctx.policy.prefill_done(self.request_id)
-        elif self.decision.disaggregated:
-            prefill = await self._prefill()
-            self.ctx.policy.prefill_done(self.request_id)
-            if prefill is not None:
-                first = [prefill.handoff.first_token]
-                if prefill.finish_reason:
-                    yield self._chunk(first, prefill.finish_reason, prefill.stats)
-                    return
-                yield self._chunk(first)
-                handoff = prefill.handoff
+            return self._decode(None)
+        return self._prefill_then_decode()
+
+    async def _prefill_then_decode(self) -> AsyncIterator[gen.GenerateResponse]:
+        handoff = None
+        prefill = await self._prefill()
+        self.ctx.policy.prefill_done(self.request_id)
+        if prefill is not None:
+            first = [prefill.handoff.first_token]
+            if prefill.finish_reason:
+                yield self._chunk(first, prefill.finish_reason, prefill.stats)
+                return
+            yield self._chunk(first)
+            handoff = prefill.handoff
         async with aclosing(self._decode(handoff)) as chunks:
             async for chunk in chunks:
                 yield chunk

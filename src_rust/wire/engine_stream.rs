@@ -8,6 +8,8 @@
 //! The stream ends at its first finish reason or `data: [DONE]`; what
 //! follows in the same read is not looked at.
 
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// Why a stream cannot be read on; each is the engine's failure.
@@ -146,14 +148,48 @@ impl CompletionStream {
             self.ended = true;
             return Ok(());
         }
-        let payload: Value = serde_json::from_slice(data).map_err(|_| {
-            let text = String::from_utf8_lossy(data);
-            EngineStreamError::Unreadable(text.chars().take(QUOTED_CHARS).collect())
-        })?;
-        let Value::Object(payload) = payload else {
-            return Err(EngineStreamError::NotAnObject);
-        };
-        if let Some(error) = payload.get("error") {
+        match serde_json::from_slice::<Event>(data) {
+            Ok(event) => {
+                let choice = event.choices.as_ref().map(|c| ChoiceFields {
+                    text: c.text.as_ref(),
+                    token_ids: c.token_ids.as_ref(),
+                    finish_reason: c.finish_reason.as_ref(),
+                });
+                self.read(event.error.as_ref(), choice, piece)
+            }
+            // Any other shape of JSON (not an object, a choice that is not
+            // one, an escaped key) is read as a whole value: the reading
+            // above agrees with this one wherever it succeeds.
+            Err(_) => {
+                let payload: Value = serde_json::from_slice(data).map_err(|_| {
+                    let text = String::from_utf8_lossy(data);
+                    EngineStreamError::Unreadable(text.chars().take(QUOTED_CHARS).collect())
+                })?;
+                let Value::Object(payload) = payload else {
+                    return Err(EngineStreamError::NotAnObject);
+                };
+                let choice = payload
+                    .get("choices")
+                    .and_then(Value::as_array)
+                    .and_then(|c| c.first())
+                    .map(|c| ChoiceFields {
+                        text: c.get("text"),
+                        token_ids: c.get("token_ids"),
+                        finish_reason: c.get("finish_reason"),
+                    });
+                self.read(payload.get("error"), choice, piece)
+            }
+        }
+    }
+
+    /// An event's error, or its first choice's tokens and finish reason.
+    fn read(
+        &mut self,
+        error: Option<&Value>,
+        choice: Option<ChoiceFields<'_>>,
+        piece: &mut Piece,
+    ) -> Result<(), EngineStreamError> {
+        if let Some(error) = error {
             let message = match error {
                 Value::Object(fields) => match fields.get("message") {
                     Some(Value::String(text)) => text.clone(),
@@ -165,16 +201,12 @@ impl CompletionStream {
             };
             return Err(EngineStreamError::EngineFailed(message));
         }
-        let Some(choice) = payload
-            .get("choices")
-            .and_then(Value::as_array)
-            .and_then(|c| c.first())
-        else {
+        let Some(choice) = choice else {
             return Ok(()); // no choice: a usage summary
         };
-        let finish = choice.get("finish_reason").filter(|r| !r.is_null());
-        let Some(token_ids) = choice.get("token_ids").filter(|t| !t.is_null()) else {
-            if !truthy(choice.get("text")) && finish.is_none() {
+        let finish = choice.finish_reason.filter(|r| !r.is_null());
+        let Some(token_ids) = choice.token_ids.filter(|t| !t.is_null()) else {
+            if !truthy(choice.text) && finish.is_none() {
                 return Ok(());
             }
             return Err(EngineStreamError::NoTokenIds);
@@ -200,6 +232,125 @@ impl CompletionStream {
     }
 }
 
+/// An event as the engines send it, with only what is read kept: the rest
+/// (a first event's echo of the prompt's ids, above all) is skipped
+/// without being built. Only the common shape reads this way: an event
+/// that is not an object, a choice that is not one or a key with escapes
+/// fails here and is read as a whole value instead.
+struct Event {
+    /// Present, even as null, means failed.
+    error: Option<Value>,
+    /// The first choice.
+    choices: Option<Choice>,
+}
+
+struct Choice {
+    text: Option<Value>,
+    token_ids: Option<Value>,
+    finish_reason: Option<Value>,
+}
+
+/// A choice's fields, however the event was read.
+struct ChoiceFields<'a> {
+    text: Option<&'a Value>,
+    token_ids: Option<&'a Value>,
+    finish_reason: Option<&'a Value>,
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EventVisitor;
+        impl<'de> Visitor<'de> for EventVisitor {
+            type Value = Event;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an event object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Event, A::Error> {
+                let mut event = Event {
+                    error: None,
+                    choices: None,
+                };
+                // A repeated key: the last one counts, as in a whole value.
+                while let Some(key) = map.next_key::<&str>()? {
+                    match key {
+                        "error" => event.error = Some(map.next_value()?),
+                        "choices" => event.choices = map.next_value::<FirstChoice>()?.0,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(event)
+            }
+        }
+        deserializer.deserialize_map(EventVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Choice {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ChoiceVisitor;
+        impl<'de> Visitor<'de> for ChoiceVisitor {
+            type Value = Choice;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a choice object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Choice, A::Error> {
+                let mut choice = Choice {
+                    text: None,
+                    token_ids: None,
+                    finish_reason: None,
+                };
+                while let Some(key) = map.next_key::<&str>()? {
+                    let field = match key {
+                        "text" => &mut choice.text,
+                        "token_ids" => &mut choice.token_ids,
+                        "finish_reason" => &mut choice.finish_reason,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *field = Some(map.next_value()?);
+                }
+                Ok(choice)
+            }
+        }
+        deserializer.deserialize_map(ChoiceVisitor)
+    }
+}
+
+/// `choices`' first element (None: an empty list, or null); the others are skipped.
+struct FirstChoice(Option<Choice>);
+
+impl<'de> Deserialize<'de> for FirstChoice {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FirstChoiceVisitor;
+        impl<'de> Visitor<'de> for FirstChoiceVisitor {
+            type Value = FirstChoice;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of choices")
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<FirstChoice, E> {
+                Ok(FirstChoice(None))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut choices: A) -> Result<FirstChoice, A::Error> {
+                let first = choices.next_element::<Choice>()?;
+                while choices.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(FirstChoice(first))
+            }
+        }
+        deserializer.deserialize_any(FirstChoiceVisitor)
+    }
+}
+
 /// JSON's value as Python would test it: null, false, 0, "" and empty
 /// containers are false.
 fn truthy(value: Option<&Value>) -> bool {
@@ -221,63 +372,90 @@ pub fn token_ids_json_len(tokens: &[u32]) -> usize {
 
 /// `tokens` as a JSON array, for a request body that carries a prompt's ids,
 /// written into `out`, which must be `token_ids_json_len(tokens)` bytes.
-/// Each id is written from its last digit back, its length known first: a
-/// long prompt's ids are most of an engine request's body.
+///
+/// A long prompt's ids are most of an engine request's body, so each id
+/// costs a few instructions and no data-dependent branch: the array is
+/// written from its end back, and an id under 10⁸ (every vocabulary's) as
+/// eight digits right-aligned where its own digits end, from two looked-up
+/// groups of four; its leading zeros land where the ids before it (and its
+/// comma) are written next. Ids within eight bytes of the opening bracket,
+/// and larger ones, are written digit by digit.
 pub fn write_token_ids_json(tokens: &[u32], out: &mut [u8]) {
-    assert_eq!(out.len(), token_ids_json_len(tokens), "the buffer's length");
+    debug_assert_eq!(out.len(), token_ids_json_len(tokens), "the buffer's length");
     out[0] = b'[';
-    let mut at = 1;
-    for (i, token) in tokens.iter().enumerate() {
-        if i > 0 {
-            out[at] = b',';
-            at += 1;
+    let mut end = out.len() - 1;
+    out[end] = b']';
+    for (i, token) in tokens.iter().enumerate().rev() {
+        let digits = decimal_digits(*token);
+        if *token < 100_000_000 && end > 8 {
+            let (high, low) = (*token / 10_000, *token % 10_000);
+            out[end - 8..end - 4].copy_from_slice(&FOUR_DIGITS[high as usize]);
+            out[end - 4..end].copy_from_slice(&FOUR_DIGITS[low as usize]);
+        } else {
+            write_decimal(*token, &mut out[end - digits..end]);
         }
-        let end = at + decimal_digits(*token);
-        write_decimal(*token, &mut out[at..end]);
-        at = end;
+        end -= digits;
+        if i > 0 {
+            end -= 1;
+            out[end] = b',';
+        }
     }
-    out[at] = b']';
 }
 
-/// "00" to "99", so that digits are written two at a time.
-const DIGIT_PAIRS: &[u8; 200] = b"\
-    0001020304050607080910111213141516171819\
-    2021222324252627282930313233343536373839\
-    4041424344454647484950515253545556575859\
-    6061626364656667686970717273747576777879\
-    8081828384858687888990919293949596979899";
+/// "0000" to "9999".
+static FOUR_DIGITS: [[u8; 4]; 10_000] = {
+    let mut table = [[0u8; 4]; 10_000];
+    let mut value = 0;
+    while value < 10_000 {
+        table[value] = [
+            b'0' + (value / 1000) as u8,
+            b'0' + (value / 100 % 10) as u8,
+            b'0' + (value / 10 % 10) as u8,
+            b'0' + (value % 10) as u8,
+        ];
+        value += 1;
+    }
+    table
+};
 
 /// `value`'s decimal digits into `out`, which is exactly as long.
 fn write_decimal(mut value: u32, out: &mut [u8]) {
-    let mut end = out.len();
-    while value >= 100 {
-        let pair = (value % 100) as usize * 2;
-        value /= 100;
-        out[end - 2..end].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-        end -= 2;
-    }
-    if value >= 10 {
-        let pair = value as usize * 2;
-        out[end - 2..end].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-    } else {
-        out[end - 1] = b'0' + value as u8;
+    for digit in out.iter_mut().rev() {
+        *digit = b'0' + (value % 10) as u8;
+        value /= 10;
     }
 }
 
+/// How many decimal digits `value` has, from its bit length and one
+/// comparison folded into an addition: no branch (Lemire's table).
 fn decimal_digits(value: u32) -> usize {
-    match value {
-        0..=9 => 1,
-        10..=99 => 2,
-        100..=999 => 3,
-        1_000..=9_999 => 4,
-        10_000..=99_999 => 5,
-        100_000..=999_999 => 6,
-        1_000_000..=9_999_999 => 7,
-        10_000_000..=99_999_999 => 8,
-        100_000_000..=999_999_999 => 9,
-        _ => 10,
-    }
+    ((u64::from(value) + DIGITS_BY_BIT_LENGTH[(31 - (value | 1).leading_zeros()) as usize]) >> 32)
+        as usize
 }
+
+/// For values of bit length i + 1, whose fewest digits are k: (k + 1)·2³²
+/// less 10^k, so that adding a value carries into the top half exactly
+/// when it has k + 1 digits; k·2³² where 10^k is past every u32.
+const DIGITS_BY_BIT_LENGTH: [u64; 32] = {
+    let mut table = [0u64; 32];
+    let mut i = 0;
+    while i < 32 {
+        let smallest = 1u64 << i;
+        let mut k = 1;
+        let mut power = 10u64;
+        while power <= smallest {
+            k += 1;
+            power *= 10;
+        }
+        table[i] = if power < 1 << 32 {
+            ((k + 1) << 32) - power
+        } else {
+            k << 32
+        };
+        i += 1;
+    }
+    table
+};
 
 #[cfg(test)]
 mod tests {
@@ -388,6 +566,41 @@ mod tests {
     }
 
     #[test]
+    fn every_shape_of_json_reads_as_a_whole_value_would() {
+        let cases: &[(&str, Result<Vec<u32>, EngineStreamError>)] = &[
+            // The prompt's echo is skipped, wherever it is.
+            (
+                r#"{"prompt_token_ids":[1,2],"choices":[{"prompt_token_ids":[3],"token_ids":[7],"text":"x"}]}"#,
+                Ok(vec![7]),
+            ),
+            (r#"{"choices":[5]}"#, Ok(vec![])),
+            (r#"{"choices":5}"#, Ok(vec![])),
+            (r#"{"choices":null}"#, Ok(vec![])),
+            (
+                r#"{"choices":[{"token_ids":[1]},{"token_ids":"x"}]}"#,
+                Ok(vec![1]),
+            ),
+            // A repeated key: the last one counts.
+            (
+                r#"{"choices":[{"token_ids":[1]}],"choices":[{"token_ids":[2]}]}"#,
+                Ok(vec![2]),
+            ),
+            (
+                r#"{"error":null}"#,
+                Err(EngineStreamError::EngineFailed("null".into())),
+            ),
+            (r#"[1]"#, Err(EngineStreamError::NotAnObject)),
+        ];
+        for (event, want) in cases {
+            let body = format!("data: {event}\n\n");
+            let got = CompletionStream::new(1 << 20)
+                .feed(body.as_bytes())
+                .map(|piece| piece.tokens);
+            assert_eq!(&got, want, "{event}");
+        }
+    }
+
+    #[test]
     fn an_event_past_the_limit_is_refused() {
         let mut stream = CompletionStream::new(64);
         let long = format!("data: {}", "1".repeat(100));
@@ -405,7 +618,10 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn token_ids_json_is_what_serde_writes(tokens in proptest::collection::vec(proptest::num::u32::ANY, 0..64)) {
+        fn token_ids_json_is_what_serde_writes(tokens in proptest::collection::vec(
+            proptest::prop_oneof![0..10u32, 0..1_000u32, 0..200_000u32, proptest::num::u32::ANY],
+            0..64,
+        )) {
             proptest::prop_assert_eq!(token_ids_json(&tokens), serde_json::to_vec(&tokens).unwrap());
         }
     }

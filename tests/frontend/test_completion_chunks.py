@@ -27,9 +27,9 @@ async def chunks(*responses):
         yield response
 
 
-def events(run: Completion, *responses) -> list:
+def events(run: Completion, first, *rest) -> list:
     async def read():
-        return [e async for e in run.events(chunks(*responses))]
+        return [e async for e in run.events(first, chunks(*rest))]
 
     raw = asyncio.run(read())
     return [msgspec.json.decode(e[6:]) for e in raw[:-1]]

@@ -16,8 +16,6 @@ import asyncio
 import contextlib
 import time
 from array import array
-from collections.abc import AsyncIterator
-from contextlib import aclosing
 from pathlib import Path
 
 import msgspec
@@ -25,11 +23,12 @@ from prometheus_client import CollectorRegistry
 
 from kvrouter.frontend import ModelTokenizer
 from kvrouter.net.http1_server import Answer, EventStream, Request
+from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.errors import ServiceError
 from kvrouter.service.generate import GenerationProxy
 from kvrouter.service.openai.admission import PRIORITY_HEADER, Admission, Priority
-from kvrouter.service.openai.completion import Completion
+from kvrouter.service.openai.completion import Chunks, Completion
 from kvrouter.service.openai.errors import HttpError
 from kvrouter.service.openai.observed import FrontDoorMetrics, RequestRecord
 from kvrouter.service.openai.requests import (
@@ -188,13 +187,15 @@ class FrontDoor:
             record.queue_s = await self.admission.admit(completion.body.model, priority)
             admitted = True
             self.metrics.queued(record)
-            chunks = await _primed(self.generation.stream(completion.generate_request(), None))
+            chunks = self.generation.stream(completion.generate_request(), None)
+            first = await _first(chunks)
             headers = {"x-request-id": completion.id}
             if not completion.body.stream:
-                whole = await _unless_gone(request, completion.whole(chunks))
+                whole = await _unless_gone(request, completion.whole(first, chunks))
                 return answer(whole, headers=headers)
             streaming = True
-            return EventStream(self._releasing(completion.events(chunks), record), headers)
+            events = completion.events(first, chunks)
+            return EventStream(events, headers, on_end=lambda: self._stream_ended(record))
         except HttpError as e:
             record.failed(e.status, e.message)
             raise
@@ -207,20 +208,13 @@ class FrontDoor:
                     self.admission.release()
                 self.metrics.done(record)
 
-    async def _releasing(
-        self, events: AsyncIterator[bytes], record: RequestRecord
-    ) -> AsyncIterator[bytes]:
-        """`events`; when they end, the admission is given back and the
-        request counted (a stream the client left is a 499)."""
-        try:
-            async with aclosing(events):
-                async for event in events:
-                    yield event
-        finally:
-            if record.finish_reason is None and record.error is None:
-                record.failed(499, "the client went away")
-            self.admission.release()
-            self.metrics.done(record)
+    def _stream_ended(self, record: RequestRecord) -> None:
+        """A stream is over: the admission is given back and the request
+        counted (a stream the client left is a 499)."""
+        if record.finish_reason is None and record.error is None:
+            record.failed(499, "the client went away")
+        self.admission.release()
+        self.metrics.done(record)
 
     async def close(self) -> None:
         await self.admission.close()
@@ -269,22 +263,14 @@ async def _unless_gone(request: Request, whole):
     raise HttpError(499, "the client went away")
 
 
-async def _primed(chunks: AsyncIterator) -> AsyncIterator:
-    """`chunks` with its first chunk awaited already, so that a request
-    refused before it starts is answered with its status, not a stream."""
+async def _first(chunks: Chunks) -> gen.GenerateResponse | None:
+    """The first chunk (None: there is none), awaited before answering so
+    that a request refused before it starts is answered with its status,
+    not a stream."""
     try:
-        first = await anext(chunks)
+        return await anext(chunks)
     except StopAsyncIteration:
-        first = None
+        return None
     except ServiceError as e:
         await chunks.aclose()
         raise HttpError.from_grpc(e.code, e.message) from None
-
-    async def replayed():
-        async with aclosing(chunks):
-            if first is not None:
-                yield first
-            async for chunk in chunks:
-                yield chunk
-
-    return replayed()

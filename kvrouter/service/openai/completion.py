@@ -27,6 +27,8 @@ from kvrouter.service.openai.requests import _Sampling
 log = logging.getLogger("kvrouter.service.openai")
 FINISH_REASONS = {gen.FINISH_REASON_STOP: "stop", gen.FINISH_REASON_LENGTH: "length"}
 DONE = b"data: [DONE]\n\n"
+# The proxied Generate's stream (GenerationProxy.stream).
+Chunks = AsyncIterator[gen.GenerateResponse]
 # Request ids: this process's random prefix and a count, unique across
 # routers without a system call per request (as uuid4's urandom is).
 _ID_PREFIX = os.urandom(8).hex()
@@ -81,12 +83,13 @@ class Completion:
             session_id=self.session,
         )
 
-    async def texts(self, chunks: AsyncIterator[gen.GenerateResponse]):
-        """(text, finish_reason) pieces; finish_reason on the last only. A
-        stop string or stop token id ends it early, which closes `chunks`
-        and so cancels the request on its worker; otherwise `chunks` runs
-        to its end, and the request is finished. A request its worker
-        aborted is a ServiceError (UNAVAILABLE), not an answer."""
+    async def texts(self, first: gen.GenerateResponse | None, chunks: Chunks):
+        """(text, finish_reason) pieces of `first` and then `chunks`;
+        finish_reason on the last only. A stop string or stop token id ends
+        it early, which closes `chunks` and so cancels the request on its
+        worker; otherwise `chunks` runs to its end, and the request is
+        finished. A request its worker aborted is a ServiceError
+        (UNAVAILABLE), not an answer."""
         record = self.record
         async with aclosing(chunks):
             text = TextStream(
@@ -94,7 +97,8 @@ class Completion:
                 stop=self.body.stop_strings(),
                 stop_token_ids=self.stop_token_ids,
             )
-            async for chunk in chunks:
+            chunk = first
+            while chunk is not None:
                 if chunk.token_ids:
                     record.tokens(len(chunk.token_ids))
                 if chunk.HasField("stats"):
@@ -113,6 +117,7 @@ class Completion:
                     yield piece + text.finish(), record.finish_reason
                 elif piece:
                     yield piece, None
+                chunk = await anext(chunks, None)
 
     def usage(self) -> dict:
         """OpenAI's usage, with the prompt tokens the worker served from its
@@ -147,11 +152,11 @@ class Completion:
             "choices": choices,
         }
 
-    async def whole(self, chunks: AsyncIterator[gen.GenerateResponse]) -> dict:
+    async def whole(self, first: gen.GenerateResponse | None, chunks: Chunks) -> dict:
         """The answer as one object. HttpError when the request fails."""
         parts, finish_reason = [], None
         try:
-            async for piece, reason in self.texts(chunks):
+            async for piece, reason in self.texts(first, chunks):
                 parts.append(piece)
                 finish_reason = reason
         except ServiceError as e:
@@ -162,14 +167,14 @@ class Completion:
         answer = self._object([choice], chunk=False)
         return {**answer, "usage": self.usage()}
 
-    async def events(self, chunks: AsyncIterator[gen.GenerateResponse]):
+    async def events(self, first_chunk: gen.GenerateResponse | None, chunks: Chunks):
         """The answer as server-sent events, ending with [DONE]. A failure
         after the first event is an event with the error's body."""
         options = self.body.stream_options
         include_usage = bool(options and options.include_usage)
         first = True
         try:
-            async for piece, reason in self.texts(chunks):
+            async for piece, reason in self.texts(first_chunk, chunks):
                 choice = self._choice(piece, reason, delta=True, first=first)
                 yield _event(self._object([choice], chunk=True))
                 first = False
