@@ -26,6 +26,9 @@ from openai_stub_backend import Connection
 
 from kvrouter.net.http_client import HttpClient
 
+# The engine's limits, as the front door's client has them (none is reached).
+TIMEOUT_S = 30.0
+
 STREAM_HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 )
@@ -55,11 +58,11 @@ class Proxied(Connection):
 
     async def forward(self, path: str, body: bytes) -> None:
         response = await self.client.post(
-            self.backend_url + path, body, {"Content-Type": "application/json"}
+            self.backend_url + path, body, {"Content-Type": "application/json"}, TIMEOUT_S
         )
         write = self.transport.write
         write(STREAM_HEAD)
-        while data := await response.read_some():
+        while data := await response.read_some(TIMEOUT_S):
             write(b"%x\r\n%b\r\n" % (len(data), data))
         write(b"0\r\n\r\n")
         response.release()

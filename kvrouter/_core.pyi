@@ -292,6 +292,7 @@ class PolicyConfig:
     tie_tolerance: float
     overload_factor: float
     congestion_weight: float
+    pollution_weight: float
     seed: int
     local_prefill_max_tokens: int
     prefill_saturation_ms: float
@@ -349,6 +350,8 @@ class Candidate:
     def stall_ms(self) -> float: ...
     @property
     def slowdown_ms(self) -> float: ...
+    @property
+    def pollution_ms(self) -> float: ...
     @property
     def ttft_ms(self) -> float: ...
     @property

@@ -69,6 +69,7 @@ def _candidate(c: pb.Candidate) -> Candidate:
         c.congestion_ms,
         c.stall_ms,
         c.slowdown_ms,
+        c.pollution_ms,
         c.active_requests,
         c.overloaded,
     )

@@ -28,6 +28,7 @@ class Candidate:
     congestion_ms: float
     stall_ms: float
     slowdown_ms: float
+    pollution_ms: float
     active_requests: int
     overloaded: bool
 

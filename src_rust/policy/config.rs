@@ -72,6 +72,10 @@ pub struct PolicyConfig {
     pub unreported_grace_ms: u64,
     /// Scales `Cost::congestion_ms`; 0 prices each request's own TTFT only.
     pub congestion_weight: f64,
+    /// Scales `Cost::pollution_ms`, what a request's new blocks cost the
+    /// later requests that would have hit the blocks they evict; 0 (the
+    /// default: see docs/routing.md, "Cache pollution") leaves it out.
+    pub pollution_weight: f64,
     /// When the prefilling worker last reported a backlog, the routed prompt
     /// counts as cached on the chosen worker(s) until its KV events arrive,
     /// for at most this long; 0 disables. Without it, a session's next turn
@@ -98,6 +102,7 @@ impl Default for PolicyConfig {
             stale_after_ms: 600_000,
             unreported_grace_ms: 30_000,
             congestion_weight: 1.0,
+            pollution_weight: 0.0,
             approximate_ttl_ms: 30_000,
         }
     }
@@ -121,6 +126,7 @@ impl PolicyConfig {
             ("overload_factor", s.overload_factor),
             ("prefill_saturation_ms", self.prefill_saturation_ms),
             ("congestion_weight", self.congestion_weight),
+            ("pollution_weight", self.pollution_weight),
         ];
         for (name, value) in non_negative {
             if !(value >= 0.0 && value.is_finite()) {

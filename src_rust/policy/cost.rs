@@ -49,6 +49,9 @@ pub struct Load {
     pub active_decode_blocks: u64,
     pub active_requests: u64,
     pub capacity_blocks: u64,
+    /// Blocks its cache holds, running requests' and evictable ones (by the
+    /// index); 0 when the policy does not price pollution, which reads it.
+    pub cached_blocks: u64,
 }
 
 /// The request being scored.
@@ -87,6 +90,9 @@ pub struct Cost {
     /// Decode steps it shares with those streams, each slower by the KV the
     /// other side reads: its own step by theirs, theirs by its own.
     pub slowdown_ms: f64,
+    /// The recomputation its new blocks push onto later requests by evicting
+    /// cached blocks those would have hit (`Coefficients::pollution`).
+    pub pollution_ms: f64,
 }
 
 impl Cost {
@@ -94,7 +100,7 @@ impl Cost {
     /// plus what it adds to the latency of those queued behind it and of
     /// those decoding beside it.
     pub fn total(&self) -> f64 {
-        self.ttft_ms() + self.congestion_ms + self.stall_ms + self.slowdown_ms
+        self.ttft_ms() + self.congestion_ms + self.stall_ms + self.slowdown_ms + self.pollution_ms
     }
 
     /// This request's predicted time to first token.
@@ -179,6 +185,32 @@ impl Coefficients {
             streams * work_ms,
             shared_steps * self.decode_ms_per_block * read_blocks,
         )
+    }
+
+    /// What the request's new blocks cost later requests on a worker: those
+    /// past the cache's free room evict as many cached blocks, each of which
+    /// a later request would have hit with the worker's recent hit rate
+    /// (`hit_rate`) and now recomputes, unless the request's own blocks
+    /// are as likely to be hit as the ones they push out (`reuse`: the
+    /// share of its prompt cached anywhere, so a shared prefix replaces
+    /// its like and a one-off prompt pays in full). In ms of prefill.
+    pub fn pollution(
+        &self,
+        request: &Request,
+        overlap: TierDepths,
+        load: &Load,
+        hit_rate: f64,
+        reuse: f64,
+    ) -> f64 {
+        let new_blocks = request.num_blocks.saturating_sub(u64::from(overlap.device));
+        let room = load
+            .capacity_blocks
+            .saturating_sub(load.cached_blocks.max(load.active_decode_blocks));
+        let evicted = new_blocks.saturating_sub(room) as f64;
+        evicted
+            * request.block_size as f64
+            * self.prefill_ms_per_token
+            * (hit_rate - reuse).max(0.0)
     }
 
     /// The decode side of a split: receiving the blocks it lacks and running
@@ -309,6 +341,30 @@ mod tests {
         let read = 4_000.0 + 20.0 * 100.0;
         assert!((slowdown - 100.0 * c.decode_ms_per_block * read).abs() < 1e-9);
         assert_eq!(c.decode_impact(&r, &busy, 50.0, 0.0).1, 0.0);
+    }
+
+    #[test]
+    fn only_blocks_past_the_free_room_pollute_and_only_what_they_are_worth() {
+        let c = Coefficients::default();
+        let r = request(6400); // 100 blocks
+        let full = Load {
+            cached_blocks: 16_384,
+            ..idle()
+        };
+        let per_block = 64.0 * c.prefill_ms_per_token;
+        // A cache with room for it evicts nothing.
+        assert_eq!(c.pollution(&r, device(0), &idle(), 1.0, 0.0), 0.0);
+        // A full one evicts the 90 blocks it lacks, each worth its hit rate.
+        let evicts = c.pollution(&r, device(10), &full, 0.5, 0.0);
+        assert!((evicts - 90.0 * per_block * 0.5).abs() < 1e-9);
+        // Blocks as likely to be hit as those they push out cost nothing.
+        assert_eq!(c.pollution(&r, device(10), &full, 0.5, 0.6), 0.0);
+        let room_for_40 = Load {
+            cached_blocks: 16_384 - 40,
+            ..idle()
+        };
+        let some = c.pollution(&r, device(10), &room_for_40, 1.0, 0.0);
+        assert!((some - 50.0 * per_block).abs() < 1e-9);
     }
 
     #[test]

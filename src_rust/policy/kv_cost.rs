@@ -11,6 +11,7 @@ use super::select::{Candidate, Pick, Rng};
 use super::{Decision, Overlaps, RouteError, RoutingPolicy, Timing};
 use crate::ids::WorkerId;
 use crate::index::TierDepths;
+use rustc_hash::FxHashMap;
 
 pub struct CostPolicy {
     config: PolicyConfig,
@@ -20,10 +21,16 @@ pub struct CostPolicy {
     /// Moving average of each request's least prefill work (ms): the size
     /// of the requests a backlog is made of, for `Cost::congestion_ms`.
     typical_work_ms: Option<f64>,
+    /// Per worker, a moving average of the share of each routed prompt its
+    /// cache held: what a block it evicts is worth to later requests
+    /// (`Cost::pollution_ms`). A worker not yet routed to counts 0.
+    hit_rates: FxHashMap<WorkerId, f64>,
 }
 
 /// Weight of each request in `typical_work_ms`.
 const TYPICAL_WORK_ALPHA: f64 = 0.02;
+/// Weight of each request in a worker's hit rate.
+const HIT_RATE_ALPHA: f64 = 0.05;
 
 impl CostPolicy {
     pub fn new(config: &PolicyConfig) -> Self {
@@ -33,7 +40,18 @@ impl CostPolicy {
             config: config.clone(),
             turn: 0,
             typical_work_ms: None,
+            hit_rates: FxHashMap::default(),
         }
+    }
+
+    /// Folds what the chosen worker's cache held of the prompt into its hit rate.
+    fn observe_hits(&mut self, request: &Request, worker: WorkerId, overlap: TierDepths) {
+        if request.num_blocks == 0 {
+            return;
+        }
+        let share = f64::from(overlap.total()) / request.num_blocks as f64;
+        let rate = self.hit_rates.entry(worker).or_insert(share);
+        *rate += HIT_RATE_ALPHA * (share - *rate);
     }
 
     fn candidates(
@@ -72,6 +90,21 @@ impl CostPolicy {
                     + per_worker * c.cost.ttft_ms();
                 c.cost.congestion_ms =
                     self.config.congestion_weight * (c.cost.work_ms() - least) * behind;
+            }
+        }
+        if self.config.pollution_weight > 0.0 && request.num_blocks > 0 {
+            let cached_anywhere = out.iter().map(|c| c.overlap.total()).max().unwrap_or(0);
+            let reuse = f64::from(cached_anywhere) / request.num_blocks as f64;
+            for c in out.iter_mut() {
+                let hit_rate = self.hit_rates.get(&c.worker).copied().unwrap_or(0.0);
+                c.cost.pollution_ms = self.config.pollution_weight
+                    * self.config.coefficients.pollution(
+                        request,
+                        c.overlap,
+                        &pool.load(c.worker),
+                        hit_rate,
+                        reuse,
+                    );
             }
         }
         if !prefill_pool {
@@ -116,10 +149,10 @@ impl CostPolicy {
             .selector
             .pick(candidates, &mut self.rng, self.turn, prefer)
     }
-}
 
-impl RoutingPolicy for CostPolicy {
-    fn decide(
+    /// Where the request goes: the cheapest decode candidate, prefilling
+    /// there or on the cheapest prefill worker, whichever is faster.
+    fn place(
         &mut self,
         pool: &Pool,
         request: &Request,
@@ -182,6 +215,8 @@ impl RoutingPolicy for CostPolicy {
                 cost.transfer_ms = side.transfer_ms;
                 cost.overflow_ms += side.overflow_ms;
                 cost.slowdown_ms = c.cost.slowdown_ms;
+                // The blocks it lacks are moved into its cache as well.
+                cost.pollution_ms += c.cost.pollution_ms;
                 Candidate { cost, ..*c }
             })
             .collect();
@@ -204,6 +239,24 @@ impl RoutingPolicy for CostPolicy {
             decode_candidates: split,
             prefill_candidates: prefill,
         })
+    }
+}
+
+impl RoutingPolicy for CostPolicy {
+    fn decide(
+        &mut self,
+        pool: &Pool,
+        request: &Request,
+        overlaps: Overlaps<'_>,
+    ) -> Result<Decision, RouteError> {
+        let decision = self.place(pool, request, overlaps)?;
+        for worker in [Some(decision.decode_worker), decision.prefill_worker]
+            .into_iter()
+            .flatten()
+        {
+            self.observe_hits(request, worker, overlap_of(overlaps, worker));
+        }
+        Ok(decision)
     }
 
     fn observe(&mut self, timing: Timing) {
@@ -274,11 +327,13 @@ fn explain(how: Pick, candidates: &[Candidate], winner: usize) -> String {
     };
     let k = &c.cost;
     let terms = format!(
-        "{base}; cost: TTFT {:.1} + queued behind {:.1} + streams stalled {:.1} + slowdown {:.1}",
+        "{base}; cost: TTFT {:.1} + queued behind {:.1} + streams stalled {:.1} + slowdown {:.1} \
+         + evicted hits {:.1}",
         k.ttft_ms(),
         k.congestion_ms,
         k.stall_ms,
-        k.slowdown_ms
+        k.slowdown_ms,
+        k.pollution_ms
     );
     if skipped > 0 {
         format!("{terms}; skipped {skipped} overloaded")

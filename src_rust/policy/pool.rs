@@ -59,6 +59,14 @@ impl Pool {
         self.models.unserve(&previous);
     }
 
+    /// The blocks the worker's cache holds, by the index: refreshed before
+    /// each decision of a policy that prices pollution (`Load::cached_blocks`).
+    pub fn set_cached_blocks(&mut self, worker: WorkerId, blocks: u64) {
+        if let Some(state) = self.workers.get_mut(&worker) {
+            state.reported.cached_blocks = blocks;
+        }
+    }
+
     /// Forgets the worker and the sessions last routed to it, and releases
     /// the requests booked on it.
     pub fn remove_worker(&mut self, worker: WorkerId) -> Result<Vec<String>, RouteError> {
@@ -124,6 +132,7 @@ impl Pool {
         let state = self.worker_mut(worker)?;
         state.reported = Load {
             capacity_blocks: state.capacity_blocks,
+            cached_blocks: state.reported.cached_blocks,
             ..load
         };
         Ok(())
@@ -206,6 +215,7 @@ impl Pool {
                 .max(state.reported.active_decode_blocks),
             active_requests: booked.requests.max(state.reported.active_requests),
             capacity_blocks: state.capacity_blocks,
+            cached_blocks: state.reported.cached_blocks,
         }
     }
 

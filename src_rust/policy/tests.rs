@@ -342,3 +342,52 @@ fn a_split_picks_the_decode_worker_by_what_it_does_to_its_streams() {
     assert!(busy.cost.transfer_ms < d.decode_candidates[1].cost.transfer_ms);
     assert!(busy.cost.slowdown_ms > 0.0 && busy.cost.stall_ms == 0.0);
 }
+
+/// Two full caches: worker 0's earns hits (a hot prompt, routed there and
+/// finished), worker 1's has never been hit. A one-off prompt goes to the
+/// cache whose evicted blocks nobody will miss once pollution is priced;
+/// without it, the two tie and the hot worker may take it.
+#[test]
+fn a_one_off_prompt_is_kept_from_a_full_cache_that_earns_hits() {
+    let place_one_off = |pollution_weight: f64| {
+        let mut p = Policy::new(PolicyConfig {
+            pollution_weight,
+            ..PolicyConfig::default()
+        });
+        for id in [0, 1] {
+            p.pool
+                .upsert_worker(WorkerId(id), Role::Both, 1_000, &Serves::default());
+            p.pool.set_cached_blocks(WorkerId(id), 1_000);
+        }
+        for i in 0..20 {
+            let id = format!("hot{i}");
+            p.route(&id, request(100), &[cached(0, 100)], 0).unwrap();
+            p.pool.release(&id);
+        }
+        (0..4)
+            .map(|i| {
+                let id = format!("once{i}");
+                let d = p.route(&id, request(100), &[], 0).unwrap();
+                p.pool.release(&id);
+                d
+            })
+            .collect::<Vec<_>>()
+    };
+    let priced = place_one_off(1.0);
+    for d in &priced {
+        assert_eq!(d.decode_worker, WorkerId(1), "{}", d.reason);
+        let hot = d
+            .decode_candidates
+            .iter()
+            .find(|c| c.worker == WorkerId(0))
+            .unwrap();
+        assert!(hot.cost.pollution_ms > 0.0);
+        assert!(d.reason.contains("evicted hits"), "{}", d.reason);
+    }
+    let unpriced = place_one_off(0.0);
+    assert!(unpriced.iter().any(|d| d.decode_worker == WorkerId(0)));
+    assert!(unpriced
+        .iter()
+        .flat_map(|d| &d.decode_candidates)
+        .all(|c| c.cost.pollution_ms == 0.0));
+}

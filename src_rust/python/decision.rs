@@ -82,6 +82,12 @@ impl PyCandidate {
     fn slowdown_ms(&self) -> f64 {
         self.0.cost.slowdown_ms
     }
+    /// The recomputation its new blocks push onto later requests by
+    /// evicting cached blocks they would have hit.
+    #[getter]
+    fn pollution_ms(&self) -> f64 {
+        self.0.cost.pollution_ms
+    }
     /// Its own predicted time to first token.
     #[getter]
     fn ttft_ms(&self) -> f64 {
@@ -115,6 +121,7 @@ impl PyCandidate {
         d.set_item("congestion_ms", c.cost.congestion_ms)?;
         d.set_item("stall_ms", c.cost.stall_ms)?;
         d.set_item("slowdown_ms", c.cost.slowdown_ms)?;
+        d.set_item("pollution_ms", c.cost.pollution_ms)?;
         d.set_item("active_requests", c.active_requests)?;
         d.set_item("overloaded", c.overloaded)?;
         Ok(d)

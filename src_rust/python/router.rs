@@ -292,7 +292,7 @@ impl PyRouter {
             queued_prefill_tokens,
             active_decode_blocks,
             active_requests,
-            capacity_blocks: 0,
+            ..Load::default()
         };
         let now_ms = self.now_ms(py)?;
         self.router

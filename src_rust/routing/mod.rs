@@ -237,6 +237,13 @@ impl Router {
         };
         let (decision, backlogged) = {
             let mut policy = self.policy.lock();
+            if policy.config.pollution_weight > 0.0 && self.uses_index {
+                for worker in index.workers() {
+                    policy
+                        .pool
+                        .set_cached_blocks(worker.worker, worker.blocks as u64);
+                }
+            }
             let request = Request {
                 model: policy.pool.model(model)?,
                 num_tokens,

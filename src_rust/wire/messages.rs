@@ -59,6 +59,8 @@ pub struct Candidate {
     pub stall_ms: f64,
     #[prost(double, tag = "17")]
     pub slowdown_ms: f64,
+    #[prost(double, tag = "18")]
+    pub pollution_ms: f64,
 }
 
 /// `kvrouter.v1.Explanation`

@@ -187,6 +187,7 @@ impl Directory {
             congestion_ms: k.congestion_ms,
             stall_ms: k.stall_ms,
             slowdown_ms: k.slowdown_ms,
+            pollution_ms: k.pollution_ms,
         }
     }
 
