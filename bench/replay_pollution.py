@@ -3,11 +3,10 @@
 worker counts and speeds, in one run.
 
 Workloads:
-- hot_and_one_off: a few hot prompts that keep coming back, mixed with
-  as many one-off prompts of the same length that never do. Each worker's
-  cache holds the hot set and little more, so where the one-offs land
-  decides whether the hot prompts survive (docs/routing.md, "Cache
-  pollution");
+- hot_and_one_off: a few long hot prompts that come back every few
+  seconds among many short one-off prompts that never do, on caches of
+  128k tokens: where the one-offs land decides whether the hot prompts
+  survive (docs/routing.md, "Cache pollution");
 - mix and tenants: bench/compare_generated.py's generated workloads;
 - mooncake: ../shared/traces/synthetic_trace.jsonl (with --mooncake).
 
@@ -42,23 +41,26 @@ TRACE_BLOCK_SIZE = 512
 SMALL_CACHE_BLOCKS = 2048
 
 
-def hot_and_one_off(num_requests: int = 3000, seed: int = 0) -> list[TraceRequest]:
-    """Half the requests reuse one of 6 hot prompts of 8k tokens (96k tokens
-    in all, under one worker's cache), half are one-off prompts of the
-    same length; arrivals are Poisson at 10 per second."""
+def hot_and_one_off(num_requests: int = 6000, seed: int = 0) -> list[TraceRequest]:
+    """3 hot prompts of 32k tokens, each back about every 10 s, among 30
+    one-off prompts of 2k tokens a second that never come back: per worker
+    the one-offs turn a cache over faster than the hot prompts return,
+    unless they are kept away from the workers that hold them. At most
+    about 14% of the prompt tokens can hit."""
     rng = random.Random(seed)
-    blocks = 16  # of 512 tokens
-    hot = [tuple(range(i * blocks, (i + 1) * blocks)) for i in range(6)]
-    next_id = len(hot) * blocks
+    hot_blocks, one_off_blocks = 64, 4  # of 512 tokens
+    hot_rate, one_off_rate = 0.3, 30.0
+    hot = [tuple(range(i * hot_blocks, (i + 1) * hot_blocks)) for i in range(3)]
+    next_id = len(hot) * hot_blocks
     out, t = [], 0.0
     for _ in range(num_requests):
-        t += rng.expovariate(10.0) * 1000
-        if rng.random() < 0.5:
+        t += rng.expovariate(hot_rate + one_off_rate) * 1000
+        if rng.random() < hot_rate / (hot_rate + one_off_rate):
             ids = rng.choice(hot)
         else:
-            ids = tuple(range(next_id, next_id + blocks))
-            next_id += blocks
-        out.append(TraceRequest(t, blocks * TRACE_BLOCK_SIZE, rng.randint(50, 200), ids))
+            ids = tuple(range(next_id, next_id + one_off_blocks))
+            next_id += one_off_blocks
+        out.append(TraceRequest(t, len(ids) * TRACE_BLOCK_SIZE, rng.randint(20, 100), ids))
     return out
 
 

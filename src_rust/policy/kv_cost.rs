@@ -21,10 +21,13 @@ pub struct CostPolicy {
     /// Moving average of each request's least prefill work (ms): the size
     /// of the requests a backlog is made of, for `Cost::congestion_ms`.
     typical_work_ms: Option<f64>,
-    /// Per worker, a moving average of the share of each routed prompt its
-    /// cache held: what a block it evicts is worth to later requests
-    /// (`Cost::pollution_ms`). A worker not yet routed to counts 0.
-    hit_rates: FxHashMap<WorkerId, f64>,
+    /// Per worker, moving sums of the prompt blocks routed there and of
+    /// those its cache held: their ratio, the share of its traffic's blocks
+    /// that hit, is what a block it evicts is worth to later requests
+    /// (`Cost::pollution_ms`). Weighted by blocks, so that a long hot
+    /// prompt is not outweighed by many short one-offs. A worker not yet
+    /// routed to counts 0.
+    hits: FxHashMap<WorkerId, (f64, f64)>,
 }
 
 /// Weight of each request in `typical_work_ms`.
@@ -40,18 +43,22 @@ impl CostPolicy {
             config: config.clone(),
             turn: 0,
             typical_work_ms: None,
-            hit_rates: FxHashMap::default(),
+            hits: FxHashMap::default(),
         }
     }
 
     /// Folds what the chosen worker's cache held of the prompt into its hit rate.
     fn observe_hits(&mut self, request: &Request, worker: WorkerId, overlap: TierDepths) {
-        if request.num_blocks == 0 {
-            return;
+        let (hit, routed) = self.hits.entry(worker).or_default();
+        *hit += HIT_RATE_ALPHA * (f64::from(overlap.total()) - *hit);
+        *routed += HIT_RATE_ALPHA * (request.num_blocks as f64 - *routed);
+    }
+
+    fn hit_rate(&self, worker: WorkerId) -> f64 {
+        match self.hits.get(&worker) {
+            Some(&(hit, routed)) if routed > 0.0 => hit / routed,
+            _ => 0.0,
         }
-        let share = f64::from(overlap.total()) / request.num_blocks as f64;
-        let rate = self.hit_rates.entry(worker).or_insert(share);
-        *rate += HIT_RATE_ALPHA * (share - *rate);
     }
 
     fn candidates(
@@ -96,7 +103,7 @@ impl CostPolicy {
             let cached_anywhere = out.iter().map(|c| c.overlap.total()).max().unwrap_or(0);
             let reuse = f64::from(cached_anywhere) / request.num_blocks as f64;
             for c in out.iter_mut() {
-                let hit_rate = self.hit_rates.get(&c.worker).copied().unwrap_or(0.0);
+                let hit_rate = self.hit_rate(c.worker);
                 c.cost.pollution_ms = self.config.pollution_weight
                     * self.config.coefficients.pollution(
                         request,
