@@ -109,6 +109,11 @@ impl Tokens {
                 .collect();
             return Ok(Tokens(TokenSource::Owned(tokens)));
         }
+        // An empty array('I') exports no memory at all, which PyBuffer refuses.
+        // SAFETY: `obj` is a live object and the GIL is held.
+        if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0 && matches!(obj.len(), Ok(0)) {
+            return Ok(Tokens(TokenSource::Owned(Vec::new())));
+        }
         Err(PyTypeError::new_err(format!(
             "{TOKENS_TYPE_HELP}; got {}",
             describe(obj)

@@ -389,8 +389,9 @@ pub fn write_token_ids_json(tokens: &[u32], out: &mut [u8]) {
         let digits = decimal_digits(*token);
         if *token < 100_000_000 && end > 8 {
             let (high, low) = (*token / 10_000, *token % 10_000);
-            out[end - 8..end - 4].copy_from_slice(&FOUR_DIGITS[high as usize]);
-            out[end - 4..end].copy_from_slice(&FOUR_DIGITS[low as usize]);
+            let group: &mut [u8; 8] = (&mut out[end - 8..end]).try_into().expect("eight bytes");
+            group[..4].copy_from_slice(&FOUR_DIGITS[high as usize]);
+            group[4..].copy_from_slice(&FOUR_DIGITS[low as usize]);
         } else {
             write_decimal(*token, &mut out[end - digits..end]);
         }

@@ -48,24 +48,40 @@ def test_partial_last_block_is_not_hashed():
     assert len(kvrouter.hash_tokens(list(range(47)), 16)) == 2
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        list,
-        tuple,
-        lambda t: array.array("I", t),
-        lambda t: np.asarray(t, dtype=np.uint32),
-        lambda t: np.asarray(t, dtype=np.int32),
-        lambda t: np.asarray(t, dtype=np.int64),
-        lambda t: np.asarray(t, dtype="<u4").tobytes(),
-        lambda t: np.repeat(np.asarray(t, dtype=np.uint32), 2)[::2],
-        lambda t: list(np.asarray(t, dtype=np.int64)),
-    ],
-    ids=["list", "tuple", "array", "uint32", "int32", "int64", "bytes", "strided", "numpy ints"],
-)
+# Every form the core takes token ids in.
+INPUT_FORMS = [
+    list,
+    tuple,
+    lambda t: array.array("I", t),
+    lambda t: np.asarray(t, dtype=np.uint32),
+    lambda t: np.asarray(t, dtype=np.int32),
+    lambda t: np.asarray(t, dtype=np.int64),
+    lambda t: np.asarray(t, dtype="<u4").tobytes(),
+    lambda t: np.repeat(np.asarray(t, dtype=np.uint32), 2)[::2],
+    lambda t: list(np.asarray(t, dtype=np.int64)),
+]
+INPUT_FORM_IDS = [
+    "list",
+    "tuple",
+    "array",
+    "uint32",
+    "int32",
+    "int64",
+    "bytes",
+    "strided",
+    "numpy ints",
+]
+
+
+@pytest.mark.parametrize("make", INPUT_FORMS, ids=INPUT_FORM_IDS)
 def test_every_input_type_hashes_the_same(make):
     tokens = list(range(70))
     assert kvrouter.hash_tokens(make(tokens)) == kvrouter.hash_tokens(tokens)
+
+
+@pytest.mark.parametrize("make", INPUT_FORMS, ids=INPUT_FORM_IDS)
+def test_every_input_type_takes_an_empty_prompt(make):
+    assert kvrouter.hash_tokens(make([])) == []
 
 
 def test_namespaces_separate_caches():
