@@ -26,7 +26,7 @@ pub struct CostPolicy {
     /// that hit, is what a block it evicts is worth to later requests
     /// (`Cost::pollution_ms`). Weighted by blocks, so that a long hot
     /// prompt is not outweighed by many short one-offs. A worker not yet
-    /// routed to counts 0.
+    /// routed to counts 0. Kept only while pollution is priced.
     hits: FxHashMap<WorkerId, (f64, f64)>,
 }
 
@@ -257,11 +257,17 @@ impl RoutingPolicy for CostPolicy {
         overlaps: Overlaps<'_>,
     ) -> Result<Decision, RouteError> {
         let decision = self.place(pool, request, overlaps)?;
-        for worker in [Some(decision.decode_worker), decision.prefill_worker]
-            .into_iter()
-            .flatten()
-        {
-            self.observe_hits(request, worker, overlap_of(overlaps, worker));
+        if self.config.pollution_weight > 0.0 {
+            for worker in [Some(decision.decode_worker), decision.prefill_worker]
+                .into_iter()
+                .flatten()
+            {
+                self.observe_hits(request, worker, overlap_of(overlaps, worker));
+            }
+            // Workers come and go under new ids: forget those that left.
+            if self.hits.len() > 2 * pool.len() + 16 {
+                self.hits.retain(|worker, _| pool.worker(*worker).is_some());
+            }
         }
         Ok(decision)
     }
@@ -346,5 +352,39 @@ fn explain(how: Pick, candidates: &[Candidate], winner: usize) -> String {
         format!("{terms}; skipped {skipped} overloaded")
     } else {
         terms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{ModelId, Role, Serves};
+
+    /// Workers that leave under ids never seen again take their hit rates
+    /// with them: what pollution pricing keeps stays about the pool's size.
+    #[test]
+    fn hit_rates_of_workers_that_left_are_forgotten() {
+        let mut policy = CostPolicy::new(&PolicyConfig {
+            pollution_weight: 1.0,
+            ..PolicyConfig::default()
+        });
+        let mut pool = Pool::default();
+        let request = Request {
+            model: ModelId::UNNAMED,
+            num_tokens: 640,
+            num_blocks: 10,
+            block_size: 64,
+            ..Request::default()
+        };
+        for id in 0..200 {
+            pool.upsert_worker(WorkerId(id), Role::Both, 1_000, &Serves::default());
+            policy.decide(&pool, &request, &[]).unwrap();
+            pool.remove_worker(WorkerId(id)).unwrap();
+        }
+        assert!(
+            policy.hits.len() <= 2 * pool.len() + 17,
+            "{}",
+            policy.hits.len()
+        );
     }
 }
