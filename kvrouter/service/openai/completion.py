@@ -167,17 +167,17 @@ class Completion:
         answer = self._object([choice], chunk=False)
         return {**answer, "usage": self.usage()}
 
-    async def events(self, first_chunk: gen.GenerateResponse | None, chunks: Chunks):
+    async def events(self, first: gen.GenerateResponse | None, chunks: Chunks):
         """The answer as server-sent events, ending with [DONE]. A failure
         after the first event is an event with the error's body."""
         options = self.body.stream_options
         include_usage = bool(options and options.include_usage)
-        first = True
+        opening = True
         try:
-            async for piece, reason in self.texts(first_chunk, chunks):
-                choice = self._choice(piece, reason, delta=True, first=first)
+            async for piece, reason in self.texts(first, chunks):
+                choice = self._choice(piece, reason, delta=True, first=opening)
                 yield _event(self._object([choice], chunk=True))
-                first = False
+                opening = False
         except ServiceError as e:
             yield self._failed(HttpError.from_grpc(e.code, e.message))
         except Exception as e:  # noqa: BLE001 - the client is told, and the stream ends
