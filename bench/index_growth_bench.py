@@ -1,4 +1,4 @@
-"""The trace bench's 10M-block stream applied by several builds of the index, in turn.
+"""The trace bench's stream (10M blocks, or `--scale`) applied by several index builds in turn.
 
 Each `--core NAME=PATH` is a built extension (`_core.abi3.so`) loaded as a module of its
 own, so that two builds run in one process on the same events, chunk by chunk in turn:
@@ -27,7 +27,7 @@ import numpy as np
 import trace_workload
 
 RESULTS = Path(__file__).resolve().parent / "results" / "index_growth.json"
-SCALE = trace_bench.FULL_SCALES[-1]
+SCALES = {scale.name: scale for scale in trace_bench.FULL_SCALES}
 FIND_SECONDS = 0.05
 FIND_ROUNDS = 10
 
@@ -139,6 +139,7 @@ def main() -> None:
     parser.add_argument(
         "--memory", action="store_true", help="also RSS per block, each build alone"
     )
+    parser.add_argument("--scale", choices=SCALES, default="10M", help="the trace bench's scale")
     parser.add_argument("--trace", type=Path, default=trace_bench.SHARED_TRACE)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--seed", type=int, default=0)
@@ -146,9 +147,10 @@ def main() -> None:
     paths = dict(spec.split("=", 1) for spec in args.core)
     cores = {name: load_core(name, Path(path)) for name, path in paths.items()}
     first = next(iter(cores))
+    scale = SCALES[args.scale]
     rows = trace_workload.read_trace(args.trace)
     workload = trace_workload.build(
-        rows, workers=SCALE.workers, capacity=SCALE.capacity, tile=SCALE.tile, seed=args.seed
+        rows, workers=scale.workers, capacity=scale.capacity, tile=scale.tile, seed=args.seed
     )
     chunks = trace_bench.chunked(workload)
     blocks = trace_bench.chunk_blocks(chunks)
@@ -175,7 +177,7 @@ def main() -> None:
             runs.append(result)
             print(report(result, first, args.memory), flush=True)
     out = {
-        "scale": SCALE.name,
+        "scale": scale.name,
         "events": sum(len(c) for c in chunks),
         "blocks": sum(blocks),
         "chunk_blocks": blocks,

@@ -9,6 +9,7 @@
 use super::owner_sets::SetId;
 use super::slot_table::{prefetch, SlotTable};
 use crate::ids::{EngineBlockId, SeqHash};
+use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub struct Node {
@@ -78,11 +79,22 @@ impl Renumbering {
     }
 }
 
+/// Fewer holes than this are left alone: finding runs or compacting would
+/// cost more than it gives. Lower in tests, so that small indexes reuse and
+/// compact.
+const MIN_HOLES: usize = if cfg!(test) { 16 } else { 1024 };
+
 #[derive(Default)]
 pub struct NodeArena {
     nodes: Vec<Node>,
     table: SlotTable,
     holes: usize,
+    /// Runs of holes that new nodes fill before the arena grows, found by one
+    /// scan once holes are an eighth of it: under churn a removed node's
+    /// slot is reused without moving any node or rewriting the tables, and a
+    /// stored event's blocks still land side by side within a run. The last
+    /// run is filled first, from its start.
+    reusable: Vec<Range<u32>>,
     /// Each node's engine block id, where one differs from its sequence hash
     /// (a node whose entry equals its own hash has none). Empty until an
     /// engine names a block by an id of its own.
@@ -172,11 +184,18 @@ impl NodeArena {
         if current == id.0 {
             return true;
         }
-        if current != self.nodes[index as usize].seq.0 || self.find_named(id).is_some() {
+        if current != self.nodes[index as usize].seq.0 {
+            return false;
+        }
+        let names = &self.names;
+        if self
+            .by_name
+            .find_or_insert(name_hash(id), index, |i| names[i as usize] == id.0)
+            .is_some()
+        {
             return false;
         }
         self.names[index as usize] = id.0;
-        self.by_name.insert(name_hash(id), index);
         true
     }
 
@@ -209,20 +228,52 @@ impl NodeArena {
         &mut self.nodes[index as usize]
     }
 
-    /// Adds a node for a `seq` not yet present.
-    pub fn insert(&mut self, seq: SeqHash, owners: SetId, tick: u32) -> u32 {
+    /// The node of `seq`, or, when there is none, a new one held by the
+    /// set `owners()` gives; and whether it is new. One table probe.
+    #[inline]
+    pub fn find_or_insert(
+        &mut self,
+        seq: SeqHash,
+        tick: u32,
+        owners: impl FnOnce() -> SetId,
+    ) -> (u32, bool) {
+        let index = self
+            .reusable
+            .last()
+            .map_or(self.nodes.len() as u32, |run| run.start);
+        let nodes = &self.nodes;
+        if let Some(found) = self
+            .table
+            .find_or_insert(slot_hash(seq), index, |i| nodes[i as usize].seq == seq)
+        {
+            return (found, false);
+        }
+        let owners = owners();
         debug_assert!(owners != SetId::EMPTY);
-        let index = self.nodes.len() as u32;
-        self.nodes.push(Node {
+        let node = Node {
             seq,
             owners,
             last_access: AtomicU32::new(tick),
-        });
-        if !self.names.is_empty() {
-            self.names.push(seq.0);
+        };
+        if index as usize == self.nodes.len() {
+            self.nodes.push(node);
+            if !self.names.is_empty() {
+                self.names.push(seq.0);
+            }
+            return (index, true);
         }
-        self.table.insert(slot_hash(seq), index);
-        index
+        debug_assert!(!self.nodes[index as usize].is_live());
+        self.nodes[index as usize] = node;
+        if !self.names.is_empty() {
+            self.names[index as usize] = seq.0;
+        }
+        self.holes -= 1;
+        let run = self.reusable.last_mut().expect("the slot came from a run");
+        run.start += 1;
+        if run.start == run.end {
+            self.reusable.pop();
+        }
+        (index, true)
     }
 
     /// Removes a node and its name, leaving a hole; returns its owner set.
@@ -246,14 +297,43 @@ impl NodeArena {
             .map(|(i, node)| (i as u32, node))
     }
 
-    /// Squeezes out the holes once they are a third of the arena, keeping
-    /// the order (and so the adjacency of sequences) and rebuilding the
-    /// table at a fitting size. Returns, when it compacted, where each old
-    /// index went.
-    pub fn compact_if_sparse(&mut self) -> Option<Renumbering> {
-        if self.holes < 1024 || self.holes * 3 < self.nodes.len() {
+    /// Upkeep of the holes: once they are half the arena (the index shrank)
+    /// squeezes them out, keeping the order (and so the adjacency of
+    /// sequences) and renumbering the tables, and returns where each old
+    /// index went; else, once the runs to reuse are used up and holes are an
+    /// eighth of the arena (churn), finds the runs of holes to fill next.
+    pub fn reclaim_holes(&mut self) -> Option<Renumbering> {
+        if self.holes < MIN_HOLES {
             return None;
         }
+        if self.holes * 2 >= self.nodes.len() {
+            return Some(self.compact());
+        }
+        if self.reusable.is_empty() && self.holes * 8 >= self.nodes.len() {
+            self.find_reusable_runs();
+        }
+        None
+    }
+
+    fn find_reusable_runs(&mut self) {
+        let mut start = None;
+        for (i, node) in self.nodes.iter().enumerate() {
+            match (node.is_live(), start) {
+                (false, None) => start = Some(i as u32),
+                (true, Some(from)) => {
+                    self.reusable.push(from..i as u32);
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(from) = start {
+            self.reusable.push(from..self.nodes.len() as u32);
+        }
+    }
+
+    fn compact(&mut self) -> Renumbering {
+        self.reusable.clear();
         let remap = Renumbering::new(self.nodes.iter().map(Node::is_live));
         if !self.names.is_empty() {
             let mut live = self.nodes.iter().map(Node::is_live);
@@ -265,7 +345,7 @@ impl NodeArena {
         self.holes = 0;
         self.table.remap(|i| remap.get(i));
         self.by_name.remap(|i| remap.get(i));
-        Some(remap)
+        remap
     }
 
     /// Bytes held by the arena and its tables.

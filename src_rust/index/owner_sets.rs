@@ -35,6 +35,9 @@ pub struct OwnerSets {
     by_content: HashTable<u32>,
     free: Vec<u32>,
     transitions: FxHashMap<(SetId, Change), SetId>,
+    /// The last transition taken: an event's blocks mostly take the same one
+    /// in a row (a new block joins the worker's set, a removed one leaves it).
+    last: Option<((SetId, Change), SetId)>,
     unreferenced: usize,
 }
 
@@ -55,6 +58,7 @@ impl Default for OwnerSets {
             by_content: HashTable::new(),
             free: Vec::new(),
             transitions: FxHashMap::default(),
+            last: None,
             unreferenced: 0,
         }
     }
@@ -121,6 +125,7 @@ impl OwnerSets {
             return;
         }
         self.transitions.clear();
+        self.last = None;
         for id in 1..self.sets.len() as u32 {
             let entry = &mut self.sets[id as usize];
             if entry.refs == 0 && !entry.holdings.is_empty() {
@@ -142,7 +147,20 @@ impl OwnerSets {
         self.sets.len() - self.free.len()
     }
 
+    #[inline]
     fn transition(&mut self, set: SetId, change: Change) -> SetId {
+        let key = (set, change);
+        match self.last {
+            Some((last, next)) if last == key => next,
+            _ => {
+                let next = self.lookup_transition(key);
+                self.last = Some((key, next));
+                next
+            }
+        }
+    }
+
+    fn lookup_transition(&mut self, (set, change): (SetId, Change)) -> SetId {
         if let Some(&next) = self.transitions.get(&(set, change)) {
             return next;
         }

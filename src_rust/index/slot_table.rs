@@ -91,17 +91,67 @@ impl SlotTable {
     /// Adds `slot` under `hash`; the caller knows it is not there yet.
     pub fn insert(&mut self, hash: u64, slot: u32) {
         debug_assert!(slot != EMPTY);
-        if self.bits == 0 || (self.len + 1) * 8 > (7 << self.bits) {
+        if self.is_full() {
             self.resize(self.bits.max(3) + 1);
         }
         let tag = tag_of(hash);
+        self.insert_at(tag, slot, self.place_of(tag));
+    }
+
+    /// Where an entry tagged `tag` goes: the first entry of its run that is
+    /// free or has a larger tag.
+    fn place_of(&self, tag: u32) -> usize {
+        let start = self.home(tag);
+        start
+            + self.entries[start..]
+                .iter()
+                .position(|e| e.slot == EMPTY || e.tag > tag)
+                .expect("the last entry is always free")
+    }
+
+    /// The slot stored under `hash` for which `eq` holds; when there is
+    /// none, adds `slot` under `hash` and returns None. One probe where a
+    /// find and then an insert would take two.
+    #[inline]
+    pub fn find_or_insert(
+        &mut self,
+        hash: u64,
+        slot: u32,
+        eq: impl Fn(u32) -> bool,
+    ) -> Option<u32> {
+        debug_assert!(slot != EMPTY);
+        if self.is_full() {
+            if let Some(found) = self.find(hash, eq) {
+                return Some(found);
+            }
+            self.insert(hash, slot);
+            return None;
+        }
+        let tag = tag_of(hash);
+        let start = self.home(tag);
+        let mut place = start;
         loop {
-            let start = self.home(tag);
-            let place = start
-                + self.entries[start..]
-                    .iter()
-                    .position(|e| e.slot == EMPTY || e.tag > tag)
-                    .expect("the last entry is always free");
+            let entry = self.entries[place];
+            if entry.slot == EMPTY || entry.tag > tag {
+                break;
+            }
+            if entry.tag == tag && eq(entry.slot) {
+                return Some(entry.slot);
+            }
+            place += 1;
+        }
+        self.insert_at(tag, slot, place);
+        None
+    }
+
+    fn is_full(&self) -> bool {
+        self.bits == 0 || (self.len + 1) * 8 > (7 << self.bits)
+    }
+
+    /// Adds `slot` with `tag` at `place` (see [`SlotTable::place_of`]),
+    /// shifting the rest of the run up by one.
+    fn insert_at(&mut self, tag: u32, slot: u32, mut place: usize) {
+        loop {
             let free = place
                 + self.entries[place..]
                     .iter()
@@ -109,6 +159,7 @@ impl SlotTable {
                     .expect("the last entry is always free");
             if free + 1 == self.entries.len() {
                 self.resize(self.bits + 1);
+                place = self.place_of(tag);
                 continue;
             }
             self.entries.copy_within(place..free, place + 1);
@@ -147,22 +198,38 @@ impl SlotTable {
         true
     }
 
-    /// Rewrites every slot with `remap`, dropping those it maps to None.
+    /// Rewrites every slot with `remap`, dropping those it maps to None, in
+    /// place: each kept entry moves to its home or just after the one
+    /// before, which is never past where it was. The table shrinks only
+    /// when it is over twice the size its entries need.
     pub fn remap(&mut self, remap: impl Fn(u32) -> Option<u32>) {
-        let kept: Vec<Entry> = self
-            .live()
-            .filter_map(|e| remap(e.slot).map(|slot| Entry { tag: e.tag, slot }))
-            .collect();
-        self.rebuild(bits_for(kept.len()), kept.into_iter());
+        let mut next = 0usize;
+        let mut len = 0usize;
+        for read in 0..self.entries.len() {
+            let entry = self.entries[read];
+            if entry.slot == EMPTY {
+                continue;
+            }
+            self.entries[read] = FREE;
+            if let Some(slot) = remap(entry.slot) {
+                let at = next.max(self.home(entry.tag));
+                self.entries[at] = Entry {
+                    tag: entry.tag,
+                    slot,
+                };
+                next = at + 1;
+                len += 1;
+            }
+        }
+        self.len = len;
+        if bits_for(len) + 1 < self.bits {
+            self.resize(bits_for(len));
+        }
     }
 
     /// Bytes of the entry array.
     pub fn heap_bytes(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<Entry>()
-    }
-
-    fn live(&self) -> impl Iterator<Item = Entry> + '_ {
-        self.entries.iter().copied().filter(|e| e.slot != EMPTY)
     }
 
     fn resize(&mut self, bits: u32) {

@@ -41,6 +41,22 @@ impl Checked {
         }
     }
 
+    /// Inserts `key` unless present, in one call; whether the table and the
+    /// map agree on the slot it already had.
+    fn find_or_insert(&mut self, key: u64) -> bool {
+        let slot = self.keys.len() as u32;
+        let keys = &self.keys;
+        let found = self
+            .table
+            .find_or_insert((self.hash)(key), slot, |s| keys[s as usize] == Some(key));
+        if found.is_none() {
+            self.keys.push(Some(key));
+            self.model.insert(key, slot);
+            return true;
+        }
+        found == self.model.get(&key).copied()
+    }
+
     /// Whether the table and the map agree that `key` was there.
     fn remove(&mut self, key: u64) -> bool {
         let slot = self.model.remove(&key);
@@ -80,6 +96,7 @@ impl Checked {
 #[derive(Clone, Debug)]
 enum Op {
     Insert(u64),
+    FindOrInsert(u64),
     Remove(u64),
     /// Drops every key whose slot is a multiple of the value, renumbering the rest.
     Remap(u32),
@@ -88,7 +105,8 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     let key = 0u64..300;
     prop_oneof![
-        6 => key.clone().prop_map(Op::Insert),
+        3 => key.clone().prop_map(Op::Insert),
+        3 => key.clone().prop_map(Op::FindOrInsert),
         3 => key.prop_map(Op::Remove),
         1 => (2u32..5).prop_map(Op::Remap),
     ]
@@ -133,6 +151,7 @@ proptest! {
         for op in ops {
             match op {
                 Op::Insert(key) => checked.insert(key),
+                Op::FindOrInsert(key) => prop_assert!(checked.find_or_insert(key)),
                 Op::Remove(key) => prop_assert!(checked.remove(key)),
                 Op::Remap(every) => checked.remap(every),
             }
@@ -157,7 +176,11 @@ proptest! {
                 RangeOp::Insert(start, count) => {
                     for key in start..start + count {
                         prop_assert_eq!(checked.find(key), checked.model.get(&key).copied());
-                        checked.insert(key);
+                        if key % 2 == 0 {
+                            checked.insert(key);
+                        } else {
+                            prop_assert!(checked.find_or_insert(key));
+                        }
                     }
                 }
                 RangeOp::Remove(start, count) => {

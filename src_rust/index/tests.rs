@@ -533,3 +533,107 @@ fn shared_engine_ids_survive_compaction() {
     assert_eq!(outcome.blocks_removed, 300);
     assert_eq!(tree.num_nodes(), 0);
 }
+
+/// A stored event naming its blocks `first_id`, `first_id + 1`, ...
+fn stored_as(tokens: &[u32], first_id: u64) -> KvEvent {
+    KvEvent::Stored {
+        parent: None,
+        block_ids: (first_id..)
+            .take(tokens.len() / BS)
+            .map(EngineBlockId)
+            .collect(),
+        content: BlockContent::Tokens(tokens.to_vec()),
+        tier: Tier::Device,
+        namespace_seed: namespace_seed(""),
+    }
+}
+
+fn removed_ids(first_id: u64, count: u64) -> KvEvent {
+    KvEvent::Removed {
+        block_ids: (first_id..first_id + count).map(EngineBlockId).collect(),
+        tier: Tier::Device,
+    }
+}
+
+#[test]
+fn churn_reuses_holes_and_keeps_answers() {
+    let mut tree = PrefixTree::new(BS, None);
+    let prompt = |p: u32| tokens(p * 64..p * 64 + 64);
+    let (live, rounds) = (100u32, 500u32);
+    let mut widest = 0;
+    let mut next_seq = [0u64; 3];
+    let mut apply = |tree: &mut PrefixTree, worker: usize, event: KvEvent| {
+        let outcome = tree.apply(&batch(worker as u64, next_seq[worker], vec![event]), true);
+        assert_eq!(outcome.unwrap().status, SeqStatus::Applied);
+        next_seq[worker] += 1;
+    };
+    for p in 0..rounds {
+        apply(
+            &mut tree,
+            p as usize % 3,
+            stored(&prompt(p), None, Tier::Device),
+        );
+        if p >= live {
+            let old = p - live;
+            let removed = KvEvent::Removed {
+                block_ids: seqs(&prompt(old))
+                    .iter()
+                    .map(|s| EngineBlockId(s.0))
+                    .collect(),
+                tier: Tier::Device,
+            };
+            apply(&mut tree, old as usize % 3, removed);
+        }
+        widest = widest.max(tree.arena.slots());
+    }
+    let nodes = live as usize * 16;
+    assert_eq!(tree.num_nodes(), nodes);
+    // Compaction alone would let the arena reach twice the live nodes.
+    assert!(
+        (widest as usize) < nodes * 3 / 2,
+        "arena reached {widest} slots for {nodes} nodes"
+    );
+    for p in 0..rounds {
+        let expected = if p + live < rounds { 0 } else { 16 };
+        let found = tree.find_matches(&seqs(&prompt(p)), false);
+        assert_eq!(
+            found.depth(WorkerId(u64::from(p % 3))),
+            expected,
+            "prompt {p}"
+        );
+    }
+}
+
+#[test]
+fn engine_ids_of_pruned_blocks_do_not_name_reused_slots() {
+    let mut tree = PrefixTree::new(BS, Some(100));
+    let first = tokens(0..256);
+    let second = tokens(1000..1256);
+    let third = tokens(2000..2160);
+    // Worker 2 names the first prompt's blocks differently: ids of its own.
+    tree.apply(&batch(1, 0, vec![stored_as(&first, 1000)]), true)
+        .unwrap();
+    tree.apply(&batch(2, 0, vec![stored_as(&first, 5000)]), true)
+        .unwrap();
+    // Past max_nodes: the first prompt's blocks, least recently used, go.
+    tree.apply(&batch(1, 1, vec![stored_as(&second, 2000)]), true)
+        .unwrap();
+    assert!(tree.pruned_total() > 0);
+    let slots = tree.arena.slots();
+    // Both workers store a third prompt, into the slots the pruned blocks left.
+    tree.apply(&batch(1, 2, vec![stored_as(&third, 3000)]), true)
+        .unwrap();
+    tree.apply(&batch(2, 1, vec![stored_as(&third, 3000)]), true)
+        .unwrap();
+    assert!(
+        tree.arena.slots() < slots + 40,
+        "the pruned slots were reused"
+    );
+    // Worker 2's ids of the pruned blocks name nothing now.
+    let outcome = tree
+        .apply(&batch(2, 2, vec![removed_ids(5000, 64)]), false)
+        .unwrap();
+    assert_eq!(outcome.blocks_removed, 0);
+    let found = tree.find_matches(&seqs(&third), false);
+    assert_eq!(found.depth(WorkerId(2)), 40);
+}

@@ -477,13 +477,17 @@ impl PrefixTree {
         seq: SeqHash,
         slot: u32,
         tick: u32,
-        next: impl FnOnce(Option<Holding>) -> Holding,
+        next: impl Fn(Option<Holding>) -> Holding,
     ) -> (u32, Option<Holding>) {
-        let Some(index) = self.arena.find(seq) else {
-            let set = self.sets.with(SetId::EMPTY, next(None));
-            self.sets.acquire(set);
-            return (self.arena.insert(seq, set, tick), None);
-        };
+        let sets = &mut self.sets;
+        let (index, inserted) = self.arena.find_or_insert(seq, tick, || {
+            let set = sets.with(SetId::EMPTY, next(None));
+            sets.acquire(set);
+            set
+        });
+        if inserted {
+            return (index, None);
+        }
         let node = self.arena.node(index);
         node.touch(tick);
         let old = node.owners;
@@ -689,7 +693,7 @@ impl PrefixTree {
     /// and freeing unused owner sets when they pile up.
     fn maintain(&mut self) {
         self.prune_if_needed();
-        if let Some(remap) = self.arena.compact_if_sparse() {
+        if let Some(remap) = self.arena.reclaim_holes() {
             self.workers.remap_nodes(&remap);
         }
         self.sets.collect_garbage();
@@ -725,6 +729,9 @@ impl PrefixTree {
             }
             self.sets.release(owners);
         }
+        let arena = &self.arena;
+        self.workers
+            .forget_removed_nodes(|index| arena.node(index).is_live());
         self.pruned += excess as u64;
     }
 

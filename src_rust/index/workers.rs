@@ -144,6 +144,16 @@ impl WorkerTable {
         self.by_id.len()
     }
 
+    /// Drops the workers' own engine ids of nodes that are gone, before the
+    /// arena reuses their slots.
+    pub fn forget_removed_nodes(&mut self, is_live: impl Fn(u32) -> bool) {
+        for state in self.slots.iter_mut().flatten() {
+            if !state.engine_ids.is_empty() {
+                state.engine_ids.retain(|_, index| is_live(*index));
+            }
+        }
+    }
+
     /// Rewrites every worker's mapped arena indices after a compaction.
     pub fn remap_nodes(&mut self, remap: &Renumbering) {
         for state in self.slots.iter_mut().flatten() {
