@@ -40,6 +40,7 @@ __all__ = [
     "prompt_length",
     "CompletionStream",
     "token_ids_json",
+    "token_ids_from_json",
     "RouteRefused",
     "NoWorkerAvailable",
     "UnknownModel",
@@ -600,3 +601,8 @@ class CompletionStream:
 
 def token_ids_json(tokens: Tokens) -> bytes:
     """`tokens` as a JSON array of ints."""
+
+def token_ids_from_json(json: Buffer) -> bytes | None:
+    """The ids a JSON array of integers in 0..2**32 holds, as little-endian u32
+    bytes (for `array('I').frombytes`); None for any other JSON. `json` is any
+    contiguous byte buffer (bytes, `msgspec.Raw`)."""

@@ -133,12 +133,17 @@ impl NodeArena {
         }
     }
 
-    /// Starts loading the table lines that finding the node of engine id
-    /// `block` will probe.
+    /// Starts loading the table line that finding the node of engine id
+    /// `block` will probe first: the name table's once any engine names
+    /// blocks by ids of its own, else the sequence table's (the id is the
+    /// sequence hash).
     #[inline]
     pub fn prefetch_named(&self, block: EngineBlockId) {
-        self.by_name.prefetch(name_hash(block));
-        self.table.prefetch(slot_hash(SeqHash(block.0)));
+        if self.names.is_empty() {
+            self.table.prefetch(slot_hash(SeqHash(block.0)));
+        } else {
+            self.by_name.prefetch(name_hash(block));
+        }
     }
 
     /// Starts loading the table line that removing the node `block` names
@@ -154,13 +159,19 @@ impl NodeArena {
         }
     }
 
-    /// Starts loading the nodes (and names) the table lines, prefetched by
-    /// [`NodeArena::prefetch_named`] a few blocks earlier, point `block` at.
+    /// Starts loading the nodes (and names) the table line, prefetched by
+    /// [`NodeArena::prefetch_named`] a few blocks earlier, points `block`
+    /// at; for an id that names no node, the sequence table's line instead.
     #[inline]
     pub fn prefetch_named_nodes(&self, block: EngineBlockId) {
+        let mut named = false;
         for index in self.by_name.candidates(name_hash(block)) {
             prefetch(&self.names[index as usize]);
             prefetch(&self.nodes[index as usize]);
+            named = true;
+        }
+        if named {
+            return;
         }
         for index in self.table.candidates(slot_hash(SeqHash(block.0))) {
             prefetch(&self.nodes[index as usize]);

@@ -162,7 +162,10 @@ impl SlotTable {
                 place = self.place_of(tag);
                 continue;
             }
-            self.entries.copy_within(place..free, place + 1);
+            // Runs are short: moving entries one by one beats a memmove call.
+            for at in (place..free).rev() {
+                self.entries[at + 1] = self.entries[at];
+            }
             self.entries[place] = Entry { tag, slot };
             self.len += 1;
             return;

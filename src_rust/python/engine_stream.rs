@@ -1,12 +1,13 @@
 //! An engine's streamed completion read into token ids
-//! (`wire::CompletionStream`), and a prompt's ids as JSON for an engine's
-//! request body.
+//! (`wire::CompletionStream`), a prompt's ids as JSON for an engine's
+//! request body, and a client's prompt of ids read from its JSON.
 
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::ints::Tokens;
+use super::ints::{contiguous_slice, Tokens};
 use crate::wire::{self, CompletionStream, Finish};
 
 /// One engine's streamed `/v1/completions` answer, fed its body's bytes as
@@ -60,4 +61,22 @@ pub fn token_ids_json<'py>(
         wire::write_token_ids_json(tokens, out);
         Ok(())
     })
+}
+
+/// The token ids a JSON array of integers in 0..2³² holds, as little-endian
+/// u32 bytes (for `array('I').frombytes`); None for any other JSON. `json`
+/// is any contiguous byte buffer (bytes, `msgspec.Raw`).
+#[pyfunction]
+pub fn token_ids_from_json<'py>(
+    py: Python<'py>,
+    json: PyBuffer<u8>,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    if !json.is_c_contiguous() {
+        return Err(PyValueError::new_err("json must be a contiguous buffer"));
+    }
+    let Some(tokens) = wire::read_token_ids_json(contiguous_slice(&json)) else {
+        return Ok(None);
+    };
+    let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+    Ok(Some(PyBytes::new(py, &bytes)))
 }

@@ -24,7 +24,7 @@ pub struct Tokens(TokenSource);
 const TOKENS_TYPE_HELP: &str =
     "tokens must be a list of ints, array('I'), a 1-D numpy uint32/int32/int64 array, or little-endian uint32 bytes";
 
-fn contiguous_slice<T: Element>(buffer: &PyBuffer<T>) -> &[T] {
+pub(super) fn contiguous_slice<T: Element>(buffer: &PyBuffer<T>) -> &[T] {
     // SAFETY: only called on C-contiguous, 1-D buffers of T, which stay
     // exported (and so alive and unmoved) for as long as `buffer` lives.
     unsafe { std::slice::from_raw_parts(buffer.buf_ptr().cast::<T>(), buffer.item_count()) }

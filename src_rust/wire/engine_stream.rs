@@ -364,6 +364,14 @@ fn truthy(value: Option<&Value>) -> bool {
     }
 }
 
+/// The token ids in `json`, a JSON array of integers in 0..2³²; None for
+/// any other JSON (a string, a list of strings or lists, a bool, a float,
+/// an id out of range) or for what is not JSON. A client's prompt of ids is
+/// read here in one pass, not made into a Python int per id.
+pub fn read_token_ids_json(json: &[u8]) -> Option<Vec<u32>> {
+    serde_json::from_slice(json).ok()
+}
+
 /// The bytes `token_ids_json` writes for `tokens`.
 pub fn token_ids_json_len(tokens: &[u32]) -> usize {
     let digits: usize = tokens.iter().map(|t| decimal_digits(*t)).sum();
@@ -624,6 +632,39 @@ mod tests {
             0..64,
         )) {
             proptest::prop_assert_eq!(token_ids_json(&tokens), serde_json::to_vec(&tokens).unwrap());
+        }
+
+        #[test]
+        fn token_ids_read_back_as_written(tokens in proptest::collection::vec(
+            proptest::num::u32::ANY,
+            0..64,
+        )) {
+            proptest::prop_assert_eq!(read_token_ids_json(&token_ids_json(&tokens)), Some(tokens));
+        }
+    }
+
+    #[test]
+    fn only_an_array_of_token_ids_reads_as_one() {
+        assert_eq!(read_token_ids_json(b" [ 1 ,2,\n3 ] "), Some(vec![1, 2, 3]));
+        let others: [&[u8]; 10] = [
+            b"\"text\"",
+            b"[\"text\"]",
+            b"[[1, 2]]",
+            b"[1, true]",
+            b"[1.0]",
+            b"[-1]",
+            b"[4294967296]",
+            b"[1, null]",
+            b"[1,",
+            b"{}",
+        ];
+        for json in others {
+            assert_eq!(
+                read_token_ids_json(json),
+                None,
+                "{}",
+                String::from_utf8_lossy(json)
+            );
         }
     }
 }

@@ -11,7 +11,8 @@ mod messages;
 mod route;
 
 pub use engine_stream::{
-    token_ids_json_len, write_token_ids_json, CompletionStream, EngineStreamError, Finish, Piece,
+    read_token_ids_json, token_ids_json_len, write_token_ids_json, CompletionStream,
+    EngineStreamError, Finish, Piece,
 };
 pub use events::{decode_publish, DecodedBatch, Publish};
 pub use messages::{Candidate, Explanation, RouteError, RouteRequest, RouteResponse};

@@ -89,6 +89,15 @@ def test_a_completion_equals_the_engines_greedy_tokens(client, tokenizer, refere
     assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (len(tokens), 8)
 
 
+def test_a_prompt_of_token_ids_gets_the_engines_greedy_tokens(client, tokenizer, reference):
+    tokens = tokenizer.encode("Pack my box with five dozen liquor jugs. " * 2)
+    want = tokenizer.decode(reference(tokens, 8))
+    for prompt in (list(tokens), [list(tokens)]):
+        answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, **GREEDY)
+        assert answer.choices[0].text == want
+        assert answer.usage.prompt_tokens == len(tokens)
+
+
 def test_a_streamed_chat_equals_the_engines_greedy_tokens(client, tokenizer, reference):
     messages = [
         {"role": "system", "content": "You are terse."},
@@ -163,6 +172,8 @@ def test_a_client_gone_mid_stream_frees_the_workers(front_door, client):
         ({"model": MODEL, "prompt": "hi", "echo": True}, 400, "echo"),
         ({"model": MODEL, "prompt": "hi", "logprobs": 0}, 400, "logprobs"),
         ({"model": MODEL, "prompt": 7}, 400, "prompt"),
+        ({"model": MODEL, "prompt": [1, -2]}, 400, "prompt"),
+        ({"model": MODEL, "prompt": [1, True]}, 400, "prompt"),
         ({"model": MODEL}, 400, "prompt"),
     ],
 )

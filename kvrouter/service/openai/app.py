@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from array import array
 from pathlib import Path
 
 import msgspec
@@ -120,10 +119,7 @@ class FrontDoor:
             prompt = body.one_prompt()
         except ValueError as e:
             raise HttpError(400, str(e)) from None
-        if isinstance(prompt, str):
-            tokens = await tokenizer.encode_async(prompt)
-        else:
-            tokens = array("I", prompt)
+        tokens = await tokenizer.encode_async(prompt) if isinstance(prompt, str) else prompt
         max_tokens = DEFAULT_COMPLETION_MAX_TOKENS if body.max_tokens is None else body.max_tokens
         return Completion(False, body, tokenizer, tokens, max_tokens, record)
 
@@ -160,7 +156,7 @@ class FrontDoor:
             raise body_too_big(self.max_body_bytes)
         data = await read_body(request, self.max_body_bytes, self.body_timeout_s)
         try:
-            body = msgspec.json.decode(data, type=kind)
+            body = msgspec.json.decode(data, type=kind.decoded_as(data))
         except msgspec.ValidationError as e:
             raise HttpError(400, f"bad request body: {e}") from None
         except msgspec.DecodeError as e:
