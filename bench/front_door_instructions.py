@@ -11,7 +11,7 @@ loop's) instructions between them, over the requests between them, are one
 request's, with start-up, warm-up and shut-down cancelled out. With
 `--before PATH` the same is measured for another checkout (a `git worktree`
 of an earlier commit, its extension built), started from that checkout so
-that it imports its own code.
+that it imports its own code. `--token-ids` sends the prompt as its ids.
 
 Prints a table and writes bench/results/front_door_instructions.json.
 Needs valgrind (Debian's package) and oha (`cargo install oha`); about 5
@@ -110,6 +110,9 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="another checkout to measure too")
     parser.add_argument("--requests", type=int, nargs=2, default=[100, 400])
     parser.add_argument("--prompt-tokens", type=int, default=4096)
+    parser.add_argument(
+        "--token-ids", action="store_true", help="send the prompt as its token ids, not text"
+    )
     parser.add_argument("--oha", default=shutil.which("oha") or "oha")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -123,6 +126,8 @@ def main() -> None:
     (token_id,) = tokenizer.encode(TOKEN_TEXT, add_special_tokens=False)
     args.body = work / "body.json"
     prompt = prompt_of(tokenizer, args.prompt_tokens)
+    if args.token_ids:
+        prompt = list(tokenizer.encode(prompt))
     request = {"model": MODEL, "prompt": prompt, "max_tokens": 16, "stream": True}
     args.body.write_text(json.dumps(request))
     backend_port = free_port()
@@ -153,6 +158,7 @@ def main() -> None:
     report = {
         "requests": args.requests,
         "prompt_tokens": args.prompt_tokens,
+        "prompt_as": "token ids" if args.token_ids else "text",
         "before": str(args.before) if args.before else None,
         "main_thread_instructions_per_request": results,
     }
