@@ -70,7 +70,7 @@ impl PrefixTree {
                     engine_ids: state
                         .engine_ids
                         .iter()
-                        .map(|(key, index)| (EngineBlockId::from(*key).0, self.arena.node(*index)))
+                        .map(|(block, index)| (block.0, self.arena.node(index)))
                         .filter(|(_, node)| node.is_live())
                         .map(|(engine, node)| (engine, node.seq.0))
                         .collect(),

@@ -637,3 +637,25 @@ fn engine_ids_of_pruned_blocks_do_not_name_reused_slots() {
     let found = tree.find_matches(&seqs(&third), false);
     assert_eq!(found.depth(WorkerId(2)), 40);
 }
+
+#[test]
+fn an_id_another_engine_gave_a_block_does_not_name_it_for_this_one() {
+    // Two engines numbering blocks with counters give id 7 to different blocks.
+    let mut tree = PrefixTree::new(BS, None);
+    let (a, b) = (tokens(0..4), tokens(100..104));
+    tree.apply(&batch(1, 0, vec![stored_as(&a, 7)]), true)
+        .unwrap();
+    tree.apply(&batch(0, 0, vec![stored_as(&b, 7), stored_as(&a, 8)]), true)
+        .unwrap();
+    // Worker 0 removes its block 7 twice: the second time, 7 names only
+    // worker 1's block, which worker 0 holds as its block 8.
+    let twice = KvEvent::Removed {
+        block_ids: vec![EngineBlockId(7), EngineBlockId(7)],
+        tier: Tier::Device,
+    };
+    let outcome = tree.apply(&batch(0, 1, vec![twice]), false).unwrap();
+    assert_eq!((outcome.blocks_removed, outcome.unknown_removals), (1, 1));
+    let found = tree.find_matches(&seqs(&a), false);
+    assert_eq!((found.depth(WorkerId(0)), found.depth(WorkerId(1))), (1, 1));
+    assert_eq!(tree.find_matches(&seqs(&b), false).depth(WorkerId(0)), 0);
+}

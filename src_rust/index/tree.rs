@@ -6,7 +6,7 @@ use super::events::{ApplyOutcome, BlockContent, EventBatch, IndexError, KvEvent,
 use super::holding::{Holding, TierSet};
 use super::overlap::{OverlapScores, TierDepths};
 use super::owner_sets::{OwnerSets, SetId};
-use super::workers::WorkerTable;
+use super::workers::{OwnNames, WorkerTable};
 use crate::hashing::{chain_all, BlockHasher};
 use crate::ids::{EngineBlockId, SeqHash, Tier, WorkerId};
 use rustc_hash::FxHashMap;
@@ -415,14 +415,17 @@ impl PrefixTree {
 
     /// The node a worker's engine block id names: the worker's own mapping,
     /// the node the id names for every worker, or the node whose sequence
-    /// hash is the id itself.
+    /// hash is the id itself; but not, by those two, a node the worker names
+    /// by an id of its own (the id is then another worker's name for it).
     pub(super) fn node_of_block(&self, slot: u32, block: EngineBlockId) -> Option<u32> {
-        match self.workers.state(slot).mapped_node(block) {
+        let own = &self.workers.state(slot).engine_ids;
+        match own.get(block) {
             Some(index) => self.arena.node(index).is_live().then_some(index),
             None => self
                 .arena
                 .find_named(block)
-                .or_else(|| self.arena.find(SeqHash(block.0))),
+                .or_else(|| self.arena.find(SeqHash(block.0)))
+                .filter(|&index| !own.names(index)),
         }
     }
 
@@ -430,8 +433,13 @@ impl PrefixTree {
     /// id is taken as the router's own hash even when the node is gone, so an
     /// engine using the router's hashes keeps chaining after a prune.
     fn parent_seq(&self, slot: u32, parent: EngineBlockId) -> SeqHash {
-        let mapped = self.workers.state(slot).mapped_node(parent);
-        match mapped.or_else(|| self.arena.find_named(parent)) {
+        let own = &self.workers.state(slot).engine_ids;
+        let shared = || {
+            self.arena
+                .find_named(parent)
+                .filter(|&index| !own.names(index))
+        };
+        match own.get(parent).or_else(shared) {
             Some(index) => self.arena.node(index).seq,
             None => SeqHash(parent.0),
         }
@@ -443,18 +451,12 @@ impl PrefixTree {
         if self.arena.name(index, block) {
             self.forget_own_name(slot, block);
         } else {
-            self.workers
-                .state_mut(slot)
-                .engine_ids
-                .insert(block.into(), index);
+            self.workers.state_mut(slot).engine_ids.insert(block, index);
         }
     }
 
     fn forget_own_name(&mut self, slot: u32, block: EngineBlockId) {
-        let own = &mut self.workers.state_mut(slot).engine_ids;
-        if !own.is_empty() {
-            own.remove(&block.into());
-        }
+        self.workers.state_mut(slot).engine_ids.remove(block);
     }
 
     fn holding_of(&self, seq: SeqHash, slot: u32) -> Option<Holding> {
@@ -668,7 +670,7 @@ impl PrefixTree {
 
     fn clear_worker(&mut self, slot: u32) {
         self.drop_holdings(slot);
-        self.workers.state_mut(slot).engine_ids = FxHashMap::default();
+        self.workers.state_mut(slot).engine_ids = OwnNames::default();
     }
 
     /// Drops every holding of the slot: a full scan, as a worker's blocks are

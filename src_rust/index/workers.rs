@@ -31,17 +31,88 @@ impl Hash for EngineKey {
     }
 }
 
+/// The blocks a worker names by engine ids that the arena's shared names
+/// cannot hold (the node has another name, or the id names another node).
+/// Engines that agree on block ids, or name blocks by the router's own
+/// hashes, cost no entries here.
+#[derive(Default)]
+pub struct OwnNames {
+    /// Arena index of each such id's node.
+    nodes: FxHashMap<EngineKey, u32>,
+    /// How many of those ids name each node. The worker's id for such a
+    /// node is its own, so another name of the node (its shared name or its
+    /// hash), which may equal some other id of this worker's, is not it.
+    per_node: FxHashMap<u32, u32>,
+}
+
+impl OwnNames {
+    pub fn get(&self, block: EngineBlockId) -> Option<u32> {
+        if self.nodes.is_empty() {
+            return None;
+        }
+        self.nodes.get(&EngineKey::from(block)).copied()
+    }
+
+    /// Whether some id of the worker's own names node `index`.
+    pub fn names(&self, index: u32) -> bool {
+        !self.per_node.is_empty() && self.per_node.contains_key(&index)
+    }
+
+    pub fn insert(&mut self, block: EngineBlockId, index: u32) {
+        if let Some(old) = self.nodes.insert(block.into(), index) {
+            self.uncount(old);
+        }
+        *self.per_node.entry(index).or_default() += 1;
+    }
+
+    pub fn remove(&mut self, block: EngineBlockId) {
+        if self.nodes.is_empty() {
+            return;
+        }
+        if let Some(old) = self.nodes.remove(&block.into()) {
+            self.uncount(old);
+        }
+    }
+
+    /// Keeps each entry whose node `renumber` maps (to its new index).
+    pub fn renumber(&mut self, renumber: impl Fn(u32) -> Option<u32>) {
+        if self.nodes.is_empty() {
+            return;
+        }
+        self.nodes.retain(|_, index| match renumber(*index) {
+            Some(new) => {
+                *index = new;
+                true
+            }
+            None => false,
+        });
+        self.per_node.clear();
+        for &index in self.nodes.values() {
+            *self.per_node.entry(index).or_default() += 1;
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (EngineBlockId, u32)> + '_ {
+        self.nodes
+            .iter()
+            .map(|(key, index)| ((*key).into(), *index))
+    }
+
+    fn uncount(&mut self, index: u32) {
+        if let Some(count) = self.per_node.get_mut(&index) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_node.remove(&index);
+            }
+        }
+    }
+}
+
 pub struct WorkerState {
     pub id: WorkerId,
     /// The last applied batch number; None before the first batch.
     pub last_seq: Option<u64>,
-    /// Arena index of each block this worker names by an engine id that the
-    /// arena's shared names cannot hold (the node has another name, or the
-    /// id names another node). Engines that agree on block ids, or name
-    /// blocks by the router's own hashes, cost no entries here. An index may
-    /// point at a hole (the block was pruned) until the arena is compacted,
-    /// which drops such entries.
-    pub engine_ids: FxHashMap<EngineKey, u32>,
+    pub engine_ids: OwnNames,
     /// Confirmed blocks held (approximate entries not counted).
     pub blocks: usize,
     /// Which of the table's insertions made this state: a worker removed and
@@ -54,7 +125,7 @@ impl WorkerState {
         WorkerState {
             id,
             last_seq: None,
-            engine_ids: FxHashMap::default(),
+            engine_ids: OwnNames::default(),
             blocks: 0,
             incarnation,
         }
@@ -63,14 +134,6 @@ impl WorkerState {
     /// The batch number this worker must send next.
     pub fn expected_seq(&self) -> u64 {
         self.last_seq.map_or(0, |s| s + 1)
-    }
-
-    /// The arena index recorded for an engine block id, if it is mapped.
-    pub fn mapped_node(&self, block: EngineBlockId) -> Option<u32> {
-        if self.engine_ids.is_empty() {
-            return None;
-        }
-        self.engine_ids.get(&EngineKey::from(block)).copied()
     }
 }
 
@@ -148,22 +211,16 @@ impl WorkerTable {
     /// arena reuses their slots.
     pub fn forget_removed_nodes(&mut self, is_live: impl Fn(u32) -> bool) {
         for state in self.slots.iter_mut().flatten() {
-            if !state.engine_ids.is_empty() {
-                state.engine_ids.retain(|_, index| is_live(*index));
-            }
+            state
+                .engine_ids
+                .renumber(|index| is_live(index).then_some(index));
         }
     }
 
     /// Rewrites every worker's mapped arena indices after a compaction.
     pub fn remap_nodes(&mut self, remap: &Renumbering) {
         for state in self.slots.iter_mut().flatten() {
-            state.engine_ids.retain(|_, index| match remap.get(*index) {
-                Some(new) => {
-                    *index = new;
-                    true
-                }
-                None => false,
-            });
+            state.engine_ids.renumber(|index| remap.get(index));
         }
     }
 
