@@ -50,16 +50,24 @@ impl SlotTable {
         if self.len == 0 {
             return None;
         }
-        let tag = tag_of(hash);
-        for entry in &self.entries[self.home(tag)..] {
+        self.probe(tag_of(hash), eq).ok()
+    }
+
+    /// Ok(the slot stored under `tag` for which `eq` holds), else Err(where
+    /// an entry tagged `tag` goes: the first entry of its run that is free
+    /// or has a larger tag). The table must be allocated.
+    #[inline]
+    fn probe(&self, tag: u32, eq: impl Fn(u32) -> bool) -> Result<u32, usize> {
+        let start = self.home(tag);
+        for (offset, entry) in self.entries[start..].iter().enumerate() {
             if entry.slot == EMPTY || entry.tag > tag {
-                return None;
+                return Err(start + offset);
             }
             if entry.tag == tag && eq(entry.slot) {
-                return Some(entry.slot);
+                return Ok(entry.slot);
             }
         }
-        None
+        unreachable!("the last entry is always free")
     }
 
     /// Starts loading the line where a lookup of `hash` begins, so that a
@@ -98,15 +106,10 @@ impl SlotTable {
         self.insert_at(tag, slot, self.place_of(tag));
     }
 
-    /// Where an entry tagged `tag` goes: the first entry of its run that is
-    /// free or has a larger tag.
+    /// Where an entry tagged `tag` goes (see [`SlotTable::probe`]).
     fn place_of(&self, tag: u32) -> usize {
-        let start = self.home(tag);
-        start
-            + self.entries[start..]
-                .iter()
-                .position(|e| e.slot == EMPTY || e.tag > tag)
-                .expect("the last entry is always free")
+        self.probe(tag, |_| false)
+            .expect_err("no entry is equal to nothing")
     }
 
     /// The slot stored under `hash` for which `eq` holds; when there is
@@ -128,20 +131,13 @@ impl SlotTable {
             return None;
         }
         let tag = tag_of(hash);
-        let start = self.home(tag);
-        let mut place = start;
-        loop {
-            let entry = self.entries[place];
-            if entry.slot == EMPTY || entry.tag > tag {
-                break;
+        match self.probe(tag, eq) {
+            Ok(found) => Some(found),
+            Err(place) => {
+                self.insert_at(tag, slot, place);
+                None
             }
-            if entry.tag == tag && eq(entry.slot) {
-                return Some(entry.slot);
-            }
-            place += 1;
         }
-        self.insert_at(tag, slot, place);
-        None
     }
 
     fn is_full(&self) -> bool {
