@@ -28,6 +28,17 @@ def prompt_tokens(request, max_tokens: int) -> bytes | list[int]:
     return packed if packed else list(request.tokens)
 
 
+def check_prompt_array(request, prompt, max_tokens: int) -> None:
+    """A prompt passed beside its GenerateRequest (`prompt_tokens`' rule,
+    with the request's own token fields left empty)."""
+    if request.tokens_u32le or request.tokens:
+        raise invalid("the prompt is given twice: in the request and beside it")
+    try:
+        prompt_length(len(prompt), 0, max_tokens)
+    except ValueError as e:
+        raise invalid(str(e)) from None
+
+
 def check_namespace(namespace: str, max_chars: int) -> None:
     """The rule the routing path applies in the core."""
     try:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import sys
 from array import array
 from contextlib import aclosing
 
@@ -23,9 +22,15 @@ from kvrouter.net.credentials import Credentials
 from kvrouter.policy import NoWorkerAvailable, Router, UnknownModel
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.service.config import ServiceConfig
-from kvrouter.service.convert import check_model, check_namespace, check_sampling, prompt_tokens
+from kvrouter.service.convert import (
+    check_model,
+    check_namespace,
+    check_prompt_array,
+    check_sampling,
+    prompt_tokens,
+)
 from kvrouter.service.errors import ServiceError, invalid
-from kvrouter.service.proxied_request import ProxiedRequest
+from kvrouter.service.proxied_request import ProxiedRequest, prompt_array
 from kvrouter.service.proxy_config import ProxyConfig
 from kvrouter.service.proxy_context import ProxyContext
 from kvrouter.service.routing import MAX_REQUEST_ID_CHARS, RouterService
@@ -33,18 +38,6 @@ from kvrouter.service.worker_calls import Deadline, RequestFailed
 from kvrouter.service.workers import MAX_MODEL_CHARS, WorkerTable
 
 log = logging.getLogger("kvrouter.service.generate")
-
-
-def _token_array(prompt) -> array:
-    """The prompt's ids as an array('I'), from the request's little-endian
-    bytes or its repeated field."""
-    if isinstance(prompt, bytes | bytearray):
-        tokens = array("I")
-        tokens.frombytes(prompt)
-        if sys.byteorder == "big":
-            tokens.byteswap()
-        return tokens
-    return array("I", prompt)
 
 
 class GenerationProxy:
@@ -63,8 +56,13 @@ class GenerationProxy:
         self._ids = itertools.count()
         self._id_prefix = os.urandom(4).hex()
 
-    def _validate(self, request: gen.GenerateRequest) -> tuple[object, str]:
-        prompt = prompt_tokens(request, self.config.max_prompt_tokens)
+    def _validate(
+        self, request: gen.GenerateRequest, prompt: array | None
+    ) -> tuple[bytes | list[int] | array, str]:
+        if prompt is None:
+            prompt = prompt_tokens(request, self.config.max_prompt_tokens)
+        else:
+            check_prompt_array(request, prompt, self.config.max_prompt_tokens)
         check_namespace(request.namespace, self.config.max_namespace_chars)
         check_model(request.model, MAX_MODEL_CHARS)
         check_sampling(request.sampling)
@@ -84,13 +82,18 @@ class GenerationProxy:
         except ServiceError as e:
             await context.abort(e.code, e.message)
 
-    async def stream(self, request: gen.GenerateRequest, timeout_s: float | None):
+    async def stream(
+        self, request: gen.GenerateRequest, timeout_s: float | None, prompt: array | None = None
+    ):
         """The request's chunks, routed and driven through the workers within
         `timeout_s` (None: `default_timeout_s`); `request.request_id` is set
         to the id it runs under. ServiceError when it is
         refused or fails. Closing the stream early cancels the request on
-        the workers; either way its booking is closed."""
-        prompt, request_id = self._validate(request)
+        the workers; either way its booking is closed. `prompt`: the
+        prompt's ids as an array('I'), from a caller that has them so and
+        leaves the request's token fields empty (the front door): no copy
+        of them is made unless a kvrouter worker is sent the request."""
+        prompt, request_id = self._validate(request, prompt)
         deadline = Deadline(self.ctx.config.default_timeout_s if timeout_s is None else timeout_s)
         try:
             decision = self.ctx.policy.route(
@@ -108,7 +111,8 @@ class GenerationProxy:
             raise invalid(str(e)) from None
         # The workers are sent the request as it came, under the id chosen.
         request.request_id = request_id
-        run = ProxiedRequest(self.ctx, request, _token_array(prompt), decision, deadline)
+        tokens = prompt if isinstance(prompt, array) else prompt_array(prompt)
+        run = ProxiedRequest(self.ctx, request, tokens, decision, deadline)
         finished = False
         try:
             async with aclosing(run.stream()) as chunks:

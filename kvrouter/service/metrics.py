@@ -19,14 +19,20 @@ from kvrouter.service.metrics_http import serve_metrics
 LAG_BUCKETS = (1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0, 5.0, 30.0)
 
 
-def histogram_family(name: str, doc: str, histogram: _core.Histogram) -> HistogramMetricFamily:
-    """A histogram from the core's per-bucket counts (+Inf last)."""
+def cumulative_buckets(bounds, counts) -> list[tuple[str, int]]:
+    """Prometheus's buckets (upper bound, observations at or below it) from
+    per-bucket counts, `counts` having one more entry than `bounds`: +Inf."""
     cumulative, running = [], 0
-    bounds = (*map(str, histogram.bounds), "+Inf")
-    for bound, count in zip(bounds, histogram.counts, strict=True):
+    for bound, count in zip((*map(str, bounds), "+Inf"), counts, strict=True):
         running += count
         cumulative.append((bound, running))
-    return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=histogram.sum)
+    return cumulative
+
+
+def histogram_family(name: str, doc: str, histogram: _core.Histogram) -> HistogramMetricFamily:
+    """A histogram from the core's per-bucket counts (+Inf last)."""
+    buckets = cumulative_buckets(histogram.bounds, histogram.counts)
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=histogram.sum)
 
 
 class DecisionStats:

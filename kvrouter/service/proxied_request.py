@@ -38,6 +38,7 @@ timeout, and P's lease is released on every path (or lapses by its TTL).
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from array import array
 from collections.abc import AsyncIterator
@@ -59,6 +60,27 @@ from kvrouter.service.worker_calls import (
 )
 
 log = logging.getLogger("kvrouter.service.proxy")
+
+
+def prompt_array(prompt: bytes | bytearray | list[int]) -> array:
+    """The prompt's ids as an array('I'), from a GenerateRequest's
+    little-endian bytes or its repeated field."""
+    if isinstance(prompt, bytes | bytearray):
+        tokens = array("I")
+        tokens.frombytes(prompt)
+        if sys.byteorder == "big":
+            tokens.byteswap()
+        return tokens
+    return array("I", prompt)
+
+
+def packed_prompt(tokens: array) -> bytes:
+    """`prompt_array`'s inverse: the ids as a GenerateRequest's `tokens_u32le`."""
+    if sys.byteorder == "little":
+        return tokens.tobytes()
+    swapped = array("I", tokens)
+    swapped.byteswap()
+    return swapped.tobytes()
 
 
 class SourceFailed(Exception):
@@ -100,7 +122,10 @@ class ProxiedRequest:
     # -- the whole request
 
     def stream(self) -> AsyncIterator[gen.GenerateResponse]:
-        """The request's chunks: to be iterated at once, and closed."""
+        """The request's chunks: to be iterated at once, and closed. The
+        request may come without its prompt's ids (`prompt` holds them):
+        they are packed into it only for a kvrouter worker, which is sent
+        the request over gRPC; an engine is sent `prompt` as JSON."""
         if not self.decision.disaggregated:
             return self._decode(None)
         if self.ctx.over_http(self.decode_worker):
@@ -144,7 +169,7 @@ class ProxiedRequest:
             timeout = self.deadline.timeout(self.config.prefill_timeout_s, "prefill")
             try:
                 response = await self.ctx.channels.stub(address).Prefill(
-                    wpb.PrefillRequest(request=self.request), timeout=timeout
+                    wpb.PrefillRequest(request=self._with_prompt()), timeout=timeout
                 )
             except grpc.RpcError as e:
                 self._failed(failure(worker_id, e, self.deadline, "prefill"), "prefill")
@@ -229,7 +254,7 @@ class ProxiedRequest:
 
     async def _decode_on(self, worker_id, address, handoff) -> AsyncIterator[gen.GenerateResponse]:
         call = self.ctx.channels.stub(address).Decode(
-            wpb.DecodeRequest(request=self.request, handoff=handoff),
+            wpb.DecodeRequest(request=self._with_prompt(), handoff=handoff),
             timeout=self.deadline.remaining(),
         )
         acked = False
@@ -264,7 +289,7 @@ class ProxiedRequest:
         """The request for the next worker: as it came, or, once tokens were
         sent, a continuation: the prompt plus what the client already has."""
         if not self.generated:
-            return self.request
+            return self._with_prompt()
         request = gen.GenerateRequest()
         request.CopyFrom(self.request)
         request.ClearField("tokens_u32le")
@@ -362,6 +387,12 @@ class ProxiedRequest:
                 yield self._chunk(token_ids, finish_reason)
 
     # -- helpers
+
+    def _with_prompt(self) -> gen.GenerateRequest:
+        """The request with its prompt's ids, packed in if it came without."""
+        if not self.request.tokens_u32le and not self.request.tokens:
+            self.request.tokens_u32le = packed_prompt(self.prompt)
+        return self.request
 
     def _so_far(self) -> array:
         """The prompt and the tokens the client already has."""

@@ -183,7 +183,9 @@ class FrontDoor:
             record.queue_s = await self.admission.admit(completion.body.model, priority)
             admitted = True
             self.metrics.queued(record)
-            chunks = self.generation.stream(completion.generate_request(), None)
+            chunks = self.generation.stream(
+                completion.generate_request(), None, prompt=completion.prompt
+            )
             first = await _first(chunks)
             headers = {"x-request-id": completion.id}
             if not completion.body.stream:

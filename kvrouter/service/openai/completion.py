@@ -63,6 +63,8 @@ class Completion:
         self.stop_token_ids = sorted({*(self.body.stop_token_ids or ()), *eos})
 
     def generate_request(self) -> gen.GenerateRequest:
+        """The proxied Generate's request, without the prompt's ids: they go
+        beside it, as `prompt` (GenerationProxy.stream)."""
         body = self.body
         sampling = gen.SamplingParams(
             temperature=1.0 if body.temperature is None else body.temperature,
@@ -76,7 +78,6 @@ class Completion:
             sampling.seed = body.sampling_seed
         return gen.GenerateRequest(
             request_id=self.id,
-            tokens_u32le=self.prompt.tobytes(),
             namespace=body.cache_salt or "",
             model=body.model,
             sampling=sampling,

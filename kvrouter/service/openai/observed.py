@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+from kvrouter.service.metrics import cumulative_buckets
 
 log = logging.getLogger("kvrouter.http")
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
-# Models are served names, routes and priorities the front door's own, so the
-# label pairs are few; the bound only keeps a mistake from growing the cache.
-MAX_CACHED_SERIES = 1024
 QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -55,66 +56,64 @@ class RequestRecord:
         self.status, self.error = status, message
 
 
+class Tally:
+    """A histogram's per-bucket counts (+Inf last) and sum, as plain
+    numbers: an observation costs a bisect and two additions, where a
+    prometheus_client Histogram takes a lock and walks its buckets in Python
+    (about 1.3 µs, several times a request). Only the event loop adds; a
+    scrape, on the metrics server's thread, may read one observation's count
+    before its sum, which the next scrape settles."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        # Prometheus's buckets hold what is at or below their bound.
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+
+class _Series:
+    """One (model, route)'s figures."""
+
+    __slots__ = ("by_status", "ttft", "itl", "e2e", "prompt_tokens", "generation_tokens")
+
+    def __init__(self) -> None:
+        self.by_status: dict[int, int] = {}
+        self.ttft = Tally(LATENCY_BUCKETS)
+        self.itl = Tally(ITL_BUCKETS)
+        self.e2e = Tally(LATENCY_BUCKETS)
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+
+
 class FrontDoorMetrics:
+    """The front door's Prometheus metrics. Requests are counted into plain
+    numbers (`_Series`, `Tally`) and turned into metric families only when
+    /metrics is scraped, as the routing figures are (service/metrics.py)."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
-        labels = ["model", "route"]
-        self.requests = Counter(
-            "kvrouter_http_requests",
-            "Front-door requests by model, HTTP route and status code",
-            [*labels, "status"],
-            registry=r,
-        )
-        self.ttft = Histogram(
-            "kvrouter_http_time_to_first_token_seconds",
-            "From a request's arrival to its first token",
-            labels,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.itl = Histogram(
-            "kvrouter_http_inter_token_latency_seconds",
-            "Time between a request's tokens as its client sees them",
-            labels,
-            buckets=ITL_BUCKETS,
-            registry=r,
-        )
-        self.e2e = Histogram(
-            "kvrouter_http_request_duration_seconds",
-            "From a request's arrival to its last byte",
-            labels,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.prompt_tokens = Counter(
-            "kvrouter_http_prompt_tokens", "Prompt tokens of answered requests", labels, registry=r
-        )
-        self.generation_tokens = Counter(
-            "kvrouter_http_generation_tokens",
-            "Tokens generated for front-door requests",
-            labels,
-            registry=r,
-        )
-        self.queue_time = Histogram(
-            "kvrouter_http_queue_seconds",
-            "Time a request waited in the admission queue",
-            ["model", "priority"],
-            buckets=QUEUE_BUCKETS,
-            registry=r,
-        )
+        self._series: dict[tuple[str, str], _Series] = {}
+        self._queued: dict[tuple[str, str], Tally] = {}
         self.queue_depth = Gauge(
             "kvrouter_http_queue_depth",
             "Requests waiting in the admission queue",
             ["model", "priority"],
-            registry=r,
+            registry=registry,
         )
-        self._children: dict[tuple[str, str], _Series] = {}
-        self._queue_children: dict[tuple[str, str], Histogram] = {}
+        registry.register(self)
 
     def done(self, record: RequestRecord) -> None:
         """Counts and logs a request that has ended."""
-        series = self._series(record.model, record.route)
-        series.requests(record.status).inc()
+        key = (record.model, record.route)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = _Series()
+        series.by_status[record.status] = series.by_status.get(record.status, 0) + 1
         ended = time.monotonic()
         series.e2e.observe(ended - record.arrived)
         if record.first_token is not None:
@@ -122,51 +121,70 @@ class FrontDoorMetrics:
             for gap in record.gaps:
                 series.itl.observe(gap)
         if record.status == 200:
-            series.prompt_tokens.inc(record.prompt_tokens)
-        series.generation_tokens.inc(record.completion_tokens)
+            series.prompt_tokens += record.prompt_tokens
+        series.generation_tokens += record.completion_tokens
         if log.isEnabledFor(logging.INFO):
             log.info("request", extra={"fields": _log_fields(record, ended)})
 
     def queued(self, record: RequestRecord) -> None:
         """Observes the time `record` waited for admission."""
         key = (record.model, record.priority)
-        child = _cached(self._queue_children, key, lambda: self.queue_time.labels(*key))
-        child.observe(record.queue_s)
+        tally = self._queued.get(key)
+        if tally is None:
+            tally = self._queued[key] = Tally(QUEUE_BUCKETS)
+        tally.observe(record.queue_s)
 
-    def _series(self, model: str, route: str) -> _Series:
-        key = (model, route)
-        return _cached(self._children, key, lambda: _Series(self, model, route))
-
-
-def _cached(cache: dict, key, make):
-    """`cache[key]`, made once: a `labels` call locks and checks its labels
-    each time it is made."""
-    value = cache.get(key)
-    if value is None:
-        if len(cache) >= MAX_CACHED_SERIES:
-            cache.clear()
-        value = cache[key] = make()
-    return value
-
-
-class _Series:
-    """One (model, route)'s metrics."""
-
-    def __init__(self, metrics: FrontDoorMetrics, model: str, route: str) -> None:
-        labels = (model, route)
-        self._requests = metrics.requests
-        self._labels = labels
-        self._by_status: dict[int, Counter] = {}
-        self.e2e = metrics.e2e.labels(*labels)
-        self.ttft = metrics.ttft.labels(*labels)
-        self.itl = metrics.itl.labels(*labels)
-        self.prompt_tokens = metrics.prompt_tokens.labels(*labels)
-        self.generation_tokens = metrics.generation_tokens.labels(*labels)
-
-    def requests(self, status: int) -> Counter:
-        return _cached(
-            self._by_status, status, lambda: self._requests.labels(*self._labels, str(status))
+    def collect(self):
+        """The metric families, at scrape time (prometheus_client's Collector)."""
+        labels = ["model", "route"]
+        requests = CounterMetricFamily(
+            "kvrouter_http_requests",
+            "Front-door requests by model, HTTP route and status code",
+            labels=[*labels, "status"],
         )
+        ttft = HistogramMetricFamily(
+            "kvrouter_http_time_to_first_token_seconds",
+            "From a request's arrival to its first token",
+            labels=labels,
+        )
+        itl = HistogramMetricFamily(
+            "kvrouter_http_inter_token_latency_seconds",
+            "Time between a request's tokens as its client sees them",
+            labels=labels,
+        )
+        e2e = HistogramMetricFamily(
+            "kvrouter_http_request_duration_seconds",
+            "From a request's arrival to its last byte",
+            labels=labels,
+        )
+        prompt_tokens = CounterMetricFamily(
+            "kvrouter_http_prompt_tokens", "Prompt tokens of answered requests", labels=labels
+        )
+        generation_tokens = CounterMetricFamily(
+            "kvrouter_http_generation_tokens",
+            "Tokens generated for front-door requests",
+            labels=labels,
+        )
+        for (model, route), series in list(self._series.items()):
+            for status, count in list(series.by_status.items()):
+                requests.add_metric([model, route, str(status)], count)
+            for family, tally in ((ttft, series.ttft), (itl, series.itl), (e2e, series.e2e)):
+                _add_tally(family, [model, route], tally)
+            prompt_tokens.add_metric([model, route], series.prompt_tokens)
+            generation_tokens.add_metric([model, route], series.generation_tokens)
+        queue = HistogramMetricFamily(
+            "kvrouter_http_queue_seconds",
+            "Time a request waited in the admission queue",
+            labels=["model", "priority"],
+        )
+        for (model, priority), tally in list(self._queued.items()):
+            _add_tally(queue, [model, priority], tally)
+        yield from (requests, ttft, itl, e2e, prompt_tokens, generation_tokens, queue)
+
+
+def _add_tally(family: HistogramMetricFamily, labels: list[str], tally: Tally) -> None:
+    counts, total = list(tally.counts), tally.sum
+    family.add_metric(labels, cumulative_buckets(tally.bounds, counts), sum_value=total)
 
 
 def _log_fields(record: RequestRecord, ended: float) -> dict:
