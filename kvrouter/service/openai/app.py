@@ -156,7 +156,7 @@ class FrontDoor:
             raise body_too_big(self.max_body_bytes)
         data = await read_body(request, self.max_body_bytes, self.body_timeout_s)
         try:
-            body = msgspec.json.decode(data, type=kind.decoded_as(data))
+            body = kind.decode(data)
         except msgspec.ValidationError as e:
             raise HttpError(400, f"bad request body: {e}") from None
         except msgspec.DecodeError as e:

@@ -9,6 +9,8 @@ that would change the answer and cannot be honoured (`echo`, `logprobs`,
 from __future__ import annotations
 
 import math
+import os
+import re
 from array import array
 from typing import Annotated
 
@@ -27,6 +29,12 @@ MAX_STOP_CHARS = 256
 # router takes up to its max_namespace_chars (by default this many).
 MAX_CACHE_SALT_CHARS = 256
 U32 = 2**32
+# What stands in for a prompt of token ids cut out of a body
+# (`CompletionRequest.decode`): no client sends it, as it holds this
+# process's random nonce.
+_CUT_PROMPT = f"kvrouter-cut-prompt-{os.urandom(16).hex()}"
+_CUT_PROMPT_JSON = msgspec.json.encode(_CUT_PROMPT)
+_PROMPT_ARRAY = re.compile(rb'"prompt"[ \t\r\n]*:[ \t\r\n]*\[')
 
 
 class StreamOptions(msgspec.Struct):
@@ -88,9 +96,10 @@ class _Sampling(msgspec.Struct, kw_only=True):
             raise ValueError(f"cache_salt must be 1 to {MAX_CACHE_SALT_CHARS} printable characters")
 
     @classmethod
-    def decoded_as(cls, body: bytes) -> type[_Sampling]:
-        """The type to decode `body` as."""
-        return cls
+    def decode(cls, body: bytes):
+        """The body as this type; msgspec's DecodeError or ValidationError
+        when it is not one."""
+        return msgspec.json.decode(body, type=cls)
 
     @property
     def sampling_top_k(self) -> int:
@@ -105,19 +114,32 @@ class _Sampling(msgspec.Struct, kw_only=True):
 
 class CompletionRequest(_Sampling, kw_only=True):
     # A string, token ids, or a list of one of either (msgspec takes one
-    # list type in a union; `one_prompt` checks the rest).
+    # list type in a union; `one_prompt` checks the rest); after `decode`,
+    # token ids may be an array('I').
     prompt: str | list
     echo: bool | None = None
 
     @classmethod
-    def decoded_as(cls, body: bytes) -> type[_Sampling]:
-        """`TokenIdsCompletionRequest` when the body's prompt looks like a
-        JSON array: a guess that picks the faster decoding, as either type
-        reads any prompt."""
-        at = body.find(b'"prompt"')
-        if at >= 0 and body[at + 8 : at + 72].lstrip(b" \t\r\n:").startswith(b"["):
-            return TokenIdsCompletionRequest
-        return cls
+    def decode(cls, body: bytes) -> CompletionRequest:
+        """The body as a CompletionRequest. A prompt of token ids, most of a
+        long prompt's body, is read by the core in one pass: it is cut out
+        and a marker put in its place before msgspec decodes the rest, so
+        that msgspec neither makes a Python int of each id nor skips over
+        them. The marker holds this process's random nonce, so finding it
+        as the decoded prompt proves that the array cut was the top-level
+        prompt, not a "prompt" within another field; otherwise, or when
+        the rest does not decode, the body is decoded whole, as it came."""
+        cut = _cut_token_ids(body)
+        if cut is not None:
+            rest, tokens = cut
+            try:
+                request = msgspec.json.decode(rest, type=cls)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                request = None
+            if request is not None and request.prompt == _CUT_PROMPT:
+                request.prompt = tokens
+                return request
+        return msgspec.json.decode(body, type=cls)
 
     def check(self) -> None:
         super().check()
@@ -128,22 +150,6 @@ class CompletionRequest(_Sampling, kw_only=True):
         """The prompt as text or token ids; ValueError for anything else,
         or for more than one prompt."""
         return _one_prompt(self.prompt)
-
-
-class TokenIdsCompletionRequest(CompletionRequest, kw_only=True):
-    """A completion request whose prompt is kept as its JSON, so that a
-    prompt of token ids is read by the core in one pass instead of becoming
-    a Python int per id."""
-
-    prompt: msgspec.Raw
-
-    def one_prompt(self) -> str | array:
-        ids = token_ids_from_json(self.prompt)
-        if ids is None:
-            return _one_prompt(msgspec.json.decode(self.prompt))
-        tokens = array("I")
-        tokens.frombytes(ids)
-        return tokens
 
 
 class ChatCompletionRequest(_Sampling, kw_only=True):
@@ -157,6 +163,8 @@ TokenIds = list[Annotated[int, msgspec.Meta(ge=0, lt=U32)]]
 
 
 def _one_prompt(prompt: object) -> str | array:
+    if isinstance(prompt, array):
+        return prompt  # token ids read by the core (`CompletionRequest.decode`)
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]
     if isinstance(prompt, str):
@@ -164,6 +172,24 @@ def _one_prompt(prompt: object) -> str | array:
     if isinstance(prompt, list) and _token_ids(prompt):
         return array("I", prompt)
     raise ValueError("prompt: a string, token ids, or a list of one of either")
+
+
+def _cut_token_ids(body: bytes) -> tuple[bytes, array] | None:
+    """The body with its first `"prompt": [...]` array of token ids replaced
+    by `_CUT_PROMPT`, and those ids; None when the first such array is not
+    one of token ids (or there is none)."""
+    key = _PROMPT_ARRAY.search(body)
+    if key is None:
+        return None
+    start = key.end() - 1
+    # An array of ids holds no bracket: the first one closes it.
+    end = body.find(b"]", start) + 1
+    ids = token_ids_from_json(memoryview(body)[start:end]) if end else None
+    if ids is None:
+        return None
+    tokens = array("I")
+    tokens.frombytes(ids)
+    return body[:start] + _CUT_PROMPT_JSON + body[end:], tokens
 
 
 def _token_ids(values: list) -> bool:
