@@ -34,7 +34,8 @@ U32 = 2**32
 # process's random nonce.
 _CUT_PROMPT = f"kvrouter-cut-prompt-{os.urandom(16).hex()}"
 _CUT_PROMPT_JSON = msgspec.json.encode(_CUT_PROMPT)
-_PROMPT_ARRAY = re.compile(rb'"prompt"[ \t\r\n]*:[ \t\r\n]*\[')
+_PROMPT_KEY = b'"prompt"'
+_THEN_ARRAY = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\[")
 
 
 class StreamOptions(msgspec.Struct):
@@ -175,13 +176,14 @@ def _one_prompt(prompt: object) -> str | array:
 
 
 def _cut_token_ids(body: bytes) -> tuple[bytes, array] | None:
-    """The body with its first `"prompt": [...]` array of token ids replaced
-    by `_CUT_PROMPT`, and those ids; None when the first such array is not
-    one of token ids (or there is none)."""
-    key = _PROMPT_ARRAY.search(body)
-    if key is None:
+    """The body with the array of token ids after its first `"prompt"`
+    replaced by `_CUT_PROMPT`, and those ids; None when what follows the
+    first `"prompt"` is not a key's array of token ids (or there is none)."""
+    at = body.find(_PROMPT_KEY)
+    then = _THEN_ARRAY.match(body, at + len(_PROMPT_KEY)) if at >= 0 else None
+    if then is None:
         return None
-    start = key.end() - 1
+    start = then.end() - 1
     # An array of ids holds no bracket: the first one closes it.
     end = body.find(b"]", start) + 1
     ids = token_ids_from_json(memoryview(body)[start:end]) if end else None
