@@ -27,11 +27,15 @@ Every request is a streaming `/v1/completions` with the same ~4k-token prompt
 and `max_tokens` N; its latency is until the last byte (`data: [DONE]`).
 
 First each leg's maximum requests/s (closed loop, `--max-concurrency`
-connections), then each leg's latency (p50, p99) at one fixed rate: half of
-kvrouter's own maximum (or `--rate`), so "added latency" compares legs at the
-same load and is kvrouter's at half its maximum, as issue 15 asks. With
-`--profile`, py-spy records each kvrouter leg's process under closed-loop
-load and the share of samples in each part of the front door is reported.
+connections), in `--rounds` rounds of every leg in turn: the maximum is the
+best of all rounds, and the ratio to the faster Rust router is also given as
+the median of the rounds' ratios, each of legs run minutes apart (this
+shared machine's speed drifts by a fifth over a run). Then each leg's
+latency (p50, p99) at one fixed rate: half of kvrouter's own maximum (or
+`--rate`), so "added latency" compares legs at the same load and is
+kvrouter's at half its maximum, as issue 15 asks. With `--profile`, py-spy
+records each kvrouter leg's process under closed-loop load and the share of
+samples in each part of the front door is reported.
 
 Prints one table and writes bench/results/router_overhead.json.
 
@@ -450,7 +454,7 @@ def measure(args, phase: str, leg: Leg, body: Path, rate: float | None, work: Pa
             run = oha(args, leg.url, body, seconds=args.seconds, concurrency=concurrency)
             runs.append(run | {"concurrency": concurrency})
             time.sleep(SETTLE_S)
-        return {"max": max(runs, key=lambda r: r["requests_per_s"]), "max_runs": runs}
+        return {"max_runs": runs}
     found = {}
     for key, keepalive in (("latency", True), ("latency_new_connections", False)):
         found[key] = oha(
@@ -502,7 +506,11 @@ def run(args) -> dict:
     try:
         wait_http(backend_url + "/health", 30, backend)
         rate = None
-        for phase in ("max", "latency"):
+        # The maxima are taken in rounds, each leg in turn, so that the legs
+        # of one round ran within minutes of each other and a drift of the
+        # machine's speed over the run does not favour the legs run first.
+        steps = [("max", r) for r in range(args.rounds)] + [("latency", 0)]
+        for phase, round_ in steps:
             if phase == "latency":
                 rate = args.rate or _latency_rate(results)
             for name in args.legs:
@@ -513,11 +521,18 @@ def run(args) -> dict:
                     with Leg(name, args, backend_url, tokenizer_dir, logs) as leg:
                         check_stream(leg.url, body.read_bytes(), args.output_tokens)
                         warm_up(args, leg, body, rate)
-                        results[name].update(measure(args, phase, leg, body, rate, work))
+                        found = measure(args, phase, leg, body, rate, work)
                 except (LegUnavailable, subprocess.CalledProcessError) as e:
                     results[name] = {"error": str(e)}
-                done = {k: v for k, v in results[name].items() if k.startswith((phase, "error"))}
-                print(f"{phase} {name}: {done}", flush=True)
+                    print(f"{phase} {name}: {results[name]}", flush=True)
+                    continue
+                if phase == "max":
+                    _add_round(results[name], round_, found["max_runs"])
+                    done = results[name]["round_max"][-1]
+                    print(f"max {name}, round {round_ + 1}: {done:.0f} requests/s", flush=True)
+                else:
+                    results[name].update(found)
+                    print(f"{phase} {name}: {found}", flush=True)
     finally:
         stop(backend)
     return {
@@ -529,6 +544,7 @@ def run(args) -> dict:
         "max_concurrency": args.max_concurrency,
         "latency_concurrency": args.latency_concurrency,
         "seconds_per_run": args.seconds,
+        "rounds": args.rounds,
         "seconds_per_latency_run": args.latency_seconds,
         "backend_processes": args.backend_processes,
         "cpus": os.cpu_count(),
@@ -538,6 +554,15 @@ def run(args) -> dict:
         "logs": str(logs),
         "legs": _with_ratios(results),
     }
+
+
+def _add_round(result: dict, round_: int, runs: list[dict]) -> None:
+    """One round's closed-loop runs of a leg: its maximum for the round,
+    and the best of every round so far as the leg's `max`."""
+    runs = [run | {"round": round_} for run in runs]
+    result.setdefault("max_runs", []).extend(runs)
+    result.setdefault("round_max", []).append(max(r["requests_per_s"] for r in runs))
+    result["max"] = max(result["max_runs"], key=lambda r: r["requests_per_s"])
 
 
 def _latency_rate(results: dict) -> float:
@@ -552,10 +577,19 @@ def _latency_rate(results: dict) -> float:
 
 
 def _with_ratios(results: dict) -> dict:
+    """Added latency against the direct leg's; each maximum against the
+    faster Rust router's, overall and as the median of the rounds' ratios
+    (a round's ratio compares legs run minutes apart, not the whole run)."""
     rust = [
         results[n]["max"]["requests_per_s"] for n in RUST_ROUTERS if "max" in results.get(n, {})
     ]
+    rust_rounds = [results[n]["round_max"] for n in RUST_ROUTERS if "max" in results.get(n, {})]
     for result in results.values():
+        if rust_rounds and "round_max" in result:
+            faster = [max(maxima) for maxima in zip(*rust_rounds, strict=True)]
+            ratios = [m / f for m, f in zip(result["round_max"], faster, strict=True)]
+            result["round_vs_faster_rust_router"] = ratios
+            result["median_round_vs_faster_rust_router"] = statistics.median(ratios)
         for key in ("latency", "latency_new_connections"):
             base = results.get("direct", {}).get(key)
             if base and key in result:
@@ -574,7 +608,7 @@ def table(report: dict) -> str:
         f"{'':18} {'kept-alive connections':^35} {'a new connection a request':^35}",
         f"{'leg':18}"
         + " {:>8} {:>8} {:>8} {:>8}".format("p50", "p99", "+p50", "+p99") * 2
-        + f" {'max req/s':>10} {'vs faster Rust':>14}",
+        + f" {'max req/s':>10} {'vs faster Rust':>14} {'median of rounds':>16}",
     ]
     for name, result in report["legs"].items():
         if "error" in result:
@@ -588,10 +622,11 @@ def table(report: dict) -> str:
             ]
         maximum = result.get("max", {}).get("requests_per_s", nan)
         ratio = result.get("max_vs_faster_rust_router", nan)
+        median = result.get("median_round_vs_faster_rust_router", nan)
         rows.append(
             f"{name:<18}"
             + "".join(f" {c:>8.2f}" for c in cells)
-            + f" {maximum:>10.0f} {ratio:>14.2f}"
+            + f" {maximum:>10.0f} {ratio:>14.2f} {median:>16.2f}"
         )
     return "\n".join(rows)
 
@@ -619,6 +654,9 @@ def main() -> None:
     # Enough open connections that a router holding each response ~40 ms
     # (see docs/benchmarks.md) still keeps up with the rate.
     parser.add_argument("--latency-concurrency", type=int, default=128)
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="rounds of every leg's closed-loop runs"
+    )
     parser.add_argument(
         "--rate", type=float, help="latency runs' rate (default: half kvrouter's max)"
     )
