@@ -2,7 +2,8 @@
 once by model, route and status; TTFT, inter-token gaps, end-to-end time and
 queue time in the same buckets, counts and sums that prometheus_client's own
 Histogram gives for the same observations; prompt tokens only for answered
-requests."""
+requests; and clients naming made-up models cannot grow the series without
+bound."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from kvrouter.service.openai.observed import (
     ITL_BUCKETS,
     LATENCY_BUCKETS,
+    MAX_SERIES,
+    OTHER_MODEL,
     QUEUE_BUCKETS,
     FrontDoorMetrics,
     RequestRecord,
@@ -133,3 +136,31 @@ def test_requests_are_counted_by_model_route_and_status():
     assert histogram(found, "kvrouter_http_request_duration_seconds", a)["h_count"] == 3
     queue = histogram(found, "kvrouter_http_queue_seconds", {"model": "b", "priority": "normal"})
     assert queue == reference(QUEUE_BUCKETS, [0.2])
+
+
+def test_made_up_models_cannot_grow_the_series_without_bound():
+    registry = CollectorRegistry()
+    metrics = FrontDoorMetrics(registry)
+    sent = MAX_SERIES + 200
+    for i in range(sent):
+        r = record(COMPLETIONS, f"tiny:made-up-{i}", status=404)
+        metrics.queued(r)
+        metrics.done(r)
+    metrics.done(record(COMPLETIONS, "tiny:made-up-0"))
+    found = samples(registry)
+    counted = {
+        (dict(labels)["model"], dict(labels)["status"]): value
+        for (name, labels), value in found.items()
+        if name == "kvrouter_http_requests_total"
+    }
+    assert len({model for model, _ in counted}) == MAX_SERIES + 1
+    assert counted[(OTHER_MODEL, "404")] == sent - MAX_SERIES
+    assert sum(counted.values()) == sent + 1
+    # A model seen before the bound keeps its own series.
+    assert counted[("tiny:made-up-0", "200")] == 1
+    queued = {
+        dict(labels)["model"]
+        for (name, labels) in found
+        if name == "kvrouter_http_queue_seconds_count"
+    }
+    assert len(queued) == MAX_SERIES + 1 and OTHER_MODEL in queued

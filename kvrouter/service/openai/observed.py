@@ -22,6 +22,12 @@ log = logging.getLogger("kvrouter.http")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# A model label is what the request named (a served model, and any adapter
+# after its colon, known or not): past this many label sets, requests of a
+# model not yet seen are counted under OTHER_MODEL, so that clients naming
+# made-up adapters cannot grow the router's memory and every scrape.
+MAX_SERIES = 1024
+OTHER_MODEL = "(other)"
 
 
 @dataclass
@@ -109,10 +115,7 @@ class FrontDoorMetrics:
 
     def done(self, record: RequestRecord) -> None:
         """Counts and logs a request that has ended."""
-        key = (record.model, record.route)
-        series = self._series.get(key)
-        if series is None:
-            series = self._series[key] = _Series()
+        series = _entry(self._series, record.model, record.route, _Series)
         series.by_status[record.status] = series.by_status.get(record.status, 0) + 1
         ended = time.monotonic()
         series.e2e.observe(ended - record.arrived)
@@ -128,10 +131,7 @@ class FrontDoorMetrics:
 
     def queued(self, record: RequestRecord) -> None:
         """Observes the time `record` waited for admission."""
-        key = (record.model, record.priority)
-        tally = self._queued.get(key)
-        if tally is None:
-            tally = self._queued[key] = Tally(QUEUE_BUCKETS)
+        tally = _entry(self._queued, record.model, record.priority, lambda: Tally(QUEUE_BUCKETS))
         tally.observe(record.queue_s)
 
     def collect(self):
@@ -180,6 +180,19 @@ class FrontDoorMetrics:
         for (model, priority), tally in list(self._queued.items()):
             _add_tally(queue, [model, priority], tally)
         yield from (requests, ttft, itl, e2e, prompt_tokens, generation_tokens, queue)
+
+
+def _entry(entries: dict, model: str, label: str, make):
+    """The entry of (model, label), made on first use; under OTHER_MODEL once
+    `entries` holds MAX_SERIES and this one is new."""
+    entry = entries.get((model, label))
+    if entry is None:
+        if len(entries) >= MAX_SERIES:
+            model = OTHER_MODEL
+            entry = entries.get((model, label))
+        if entry is None:
+            entry = entries[(model, label)] = make()
+    return entry
 
 
 def _add_tally(family: HistogramMetricFamily, labels: list[str], tally: Tally) -> None:
