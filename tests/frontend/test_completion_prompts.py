@@ -1,7 +1,8 @@
 """A completion body's prompt, read as the front door reads it: a prompt
 of token ids is cut out of the body and read by the core, the rest decoded
 by msgspec, and every form of prompt reads the same whichever way it went,
-including where another field holds a "prompt" of its own."""
+including where another field holds a "prompt" of its own: generated
+bodies read exactly as decoding them whole reads them, errors included."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from array import array
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvrouter.service.openai.requests import CompletionRequest
 
@@ -76,3 +79,54 @@ def test_a_body_that_does_not_decode_is_refused_as_it_came():
 )
 def test_another_fields_prompt_leaves_the_prompt_as_it_is(body, expected):
     assert read(body) == expected
+
+
+# Bodies as clients write them, compact or spaced, and as they should not:
+# the prompt in any form, another field holding a "prompt" of its own, the
+# prompt twice, null, or missing.
+token_ids = st.lists(st.integers(0, 2**32 - 1), max_size=6)
+prompts = st.one_of(
+    st.text(max_size=8),
+    token_ids,
+    st.lists(st.text(max_size=4), min_size=1, max_size=2),
+    st.lists(token_ids, min_size=1, max_size=2),
+    st.lists(st.one_of(st.integers(-2, 2**33), st.booleans(), st.floats(0, 1)), max_size=3),
+    st.none(),
+)
+fields = st.dictionaries(
+    st.sampled_from(["max_tokens", "metadata", "user", "stop"]),
+    st.one_of(
+        st.integers(1, 9),
+        st.text(max_size=12),
+        st.fixed_dictionaries({"prompt": prompts}),
+    ),
+    max_size=3,
+)
+
+
+@st.composite
+def bodies(draw) -> bytes:
+    body = {"model": "m", **draw(fields)}
+    keys = draw(st.sampled_from([["prompt"], [], ["prompt", "prompt"]]))
+    parts = [json.dumps(k) + ": " + json.dumps(v) for k, v in body.items()]
+    for key in keys:
+        colon = draw(st.sampled_from([":", " : ", ":\n "]))
+        separators = draw(st.sampled_from([(",", ":"), (", ", ": ")]))
+        value = json.dumps(draw(prompts), separators=separators)
+        parts.insert(draw(st.integers(0, len(parts))), json.dumps(key) + colon + value)
+    return ("{" + draw(st.sampled_from([",", ", "])).join(parts) + "}").encode()
+
+
+def outcome(decode, body: bytes):
+    """What the front door makes of `body`: its prompt, or its error."""
+    try:
+        return ("prompt", decode(body).one_prompt())
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as e:
+        return ("refused", type(e).__name__, str(e))
+
+
+@settings(max_examples=400, deadline=None)
+@given(bodies())
+def test_cutting_out_the_ids_reads_every_body_as_decoding_it_whole_does(body):
+    whole = outcome(lambda b: msgspec.json.decode(b, type=CompletionRequest), body)
+    assert outcome(CompletionRequest.decode, body) == whole
