@@ -39,7 +39,7 @@ __all__ = [
     "check_model",
     "prompt_length",
     "CompletionStream",
-    "token_ids_json",
+    "prompt_body_json",
     "token_ids_from_json",
     "RouteRefused",
     "NoWorkerAvailable",
@@ -599,8 +599,11 @@ class CompletionStream:
     @property
     def ended(self) -> bool: ...
 
-def token_ids_json(tokens: Tokens) -> bytes:
-    """`tokens` as a JSON array of ints."""
+def prompt_body_json(tokens: Tokens, fields: bytes) -> bytes:
+    """An engine's request body: a JSON object whose first field, `prompt`,
+    is `tokens` as an array of ints, followed by the fields of `fields`, a
+    JSON object's bytes (as msgspec writes it). ValueError when `fields`
+    is not an object's."""
 
 def token_ids_from_json(json: Buffer) -> bytes | None:
     """The ids a JSON array of integers in 0..2**32 holds, as little-endian u32

@@ -283,10 +283,11 @@ class HttpClient:
         host_header = host if port in (80, 443) else f"{host}:{port}"
         head = [f"POST {target} HTTP/1.1", f"Host: {host_header}", f"Content-Length: {len(body)}"]
         head += [f"{k}: {v}" for k, v in headers.items()]
-        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        # Head and body in one vectored write, the body not copied.
+        request = (("\r\n".join(head) + "\r\n\r\n").encode("latin-1"), body)
         while True:
             connection = self._kept(origin) or await self._connect(scheme, host, port)
-            connection.transport.write(request)
+            connection.transport.writelines(request)
             try:
                 await connection.head(timeout_s)
             except TimeoutError:

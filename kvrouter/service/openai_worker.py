@@ -24,7 +24,7 @@ from pathlib import Path
 import grpc
 import msgspec
 
-from kvrouter._core import CompletionStream, token_ids_json
+from kvrouter._core import CompletionStream, prompt_body_json
 from kvrouter.net.credentials import Credentials
 from kvrouter.net.http_client import HttpClient, Response
 from kvrouter.proto_gen import generation_pb2 as gen
@@ -54,8 +54,8 @@ def completion_body(request: gen.GenerateRequest, prompt: Sequence[int]) -> dict
     are left out, so each engine applies its own default for them."""
     sampling = request.sampling
     body = {
-        # Written by the core: a long prompt's ids are most of the body.
-        "prompt": msgspec.Raw(token_ids_json(prompt)),
+        # Written as JSON by the core (`body_json`).
+        "prompt": prompt,
         "max_tokens": sampling.max_tokens,
         "temperature": sampling.temperature,
         "top_p": wire_top_p(sampling.top_p),
@@ -78,6 +78,13 @@ def completion_body(request: gen.GenerateRequest, prompt: Sequence[int]) -> dict
         # vLLM's name for it; the router routed it in that salt's namespace.
         body["cache_salt"] = request.namespace
     return body
+
+
+def body_json(body: dict) -> bytes:
+    """A completion body (`completion_body`'s, fields added) as JSON: its
+    `prompt` written by the core, since a long prompt's ids are most of it."""
+    fields = {name: value for name, value in body.items() if name != "prompt"}
+    return prompt_body_json(body["prompt"], msgspec.json.encode(fields))
 
 
 class EngineClient:
@@ -222,7 +229,7 @@ class EngineClient:
         silence = Silence(timeout_s, worker_id, deadline, stage)
         url = address.rstrip("/") + "/v1/completions"
         try:
-            return await self._http.post(url, msgspec.json.encode(body), headers, silence.timeout_s)
+            return await self._http.post(url, body_json(body), headers, silence.timeout_s)
         except TimeoutError:
             raise silence.failure() from None
         except OSError as e:

@@ -285,20 +285,25 @@ class ProxiedRequest:
         if stats.blocks_transferred:
             self.ctx.policy.report_transfer(stats.blocks_transferred, stats.transfer_ms)
 
-    def _attempt(self) -> gen.GenerateRequest:
+    def _attempt(self, *, with_prompt: bool) -> gen.GenerateRequest:
         """The request for the next worker: as it came, or, once tokens were
-        sent, a continuation: the prompt plus what the client already has."""
+        sent, a continuation: the prompt plus what the client already has,
+        for what is left of max_tokens. `with_prompt`: the ids go in the
+        request (a kvrouter worker's); without, they go beside it, as
+        `_so_far()` (an engine's, sent them as JSON), and none is copied."""
         if not self.generated:
-            return self._with_prompt()
+            return self._with_prompt() if with_prompt else self.request
         request = gen.GenerateRequest()
         request.CopyFrom(self.request)
         request.ClearField("tokens_u32le")
-        request.tokens[:] = self._so_far()
+        request.ClearField("tokens")
+        if with_prompt:
+            request.tokens[:] = self._so_far()
         request.sampling.max_tokens -= len(self.generated)
         return request
 
     async def _generate_on(self, worker_id, address) -> AsyncIterator[gen.GenerateResponse]:
-        request = self._attempt()
+        request = self._attempt(with_prompt=True)
         first_timeout = self.deadline.timeout(self.config.prefill_timeout_s, "generate")
         call = self.ctx.channels.stub(address).Generate(request, timeout=self.deadline.remaining())
         chunks_seen = 0
@@ -346,7 +351,7 @@ class ProxiedRequest:
                 )
                 self.retries += 1
                 self.ctx.cool_down(self.decision.prefill_worker)
-        request = self._attempt()
+        request = self._attempt(with_prompt=False)
         tokens = self.ctx.engines.generate(
             worker_id,
             address,

@@ -1,9 +1,10 @@
 //! An engine's streamed completion read into token ids
-//! (`wire::CompletionStream`), a prompt's ids as JSON for an engine's
-//! request body, and a client's prompt of ids read from its JSON.
+//! (`wire::CompletionStream`), an engine's request body with a prompt's
+//! ids as JSON, and a client's prompt of ids read from its JSON.
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -48,19 +49,60 @@ impl PyCompletionStream {
     }
 }
 
-/// `tokens` (a list, array('I'), numpy array or bytes, as everywhere) as a
-/// JSON array of ints.
+/// An engine's request body: a JSON object whose first field, `prompt`, is
+/// `tokens` (a list, array('I'), numpy array or bytes, as everywhere) as an
+/// array of ints, followed by the fields of `fields`, a JSON object's bytes
+/// (as msgspec writes it). A long prompt's ids are most of the body, so the
+/// body is written once, straight into the bytes returned.
 #[pyfunction]
-pub fn token_ids_json<'py>(
+pub fn prompt_body_json<'py>(
     py: Python<'py>,
     tokens: &Bound<'py, PyAny>,
+    fields: &[u8],
 ) -> PyResult<Bound<'py, PyBytes>> {
+    let inner = match fields {
+        [b'{', inner @ .., b'}'] => inner,
+        _ => {
+            return Err(PyValueError::new_err(
+                "fields must be a JSON object's bytes",
+            ))
+        }
+    };
     let tokens = Tokens::extract(tokens)?;
     let tokens = tokens.as_slice();
-    PyBytes::new_with(py, wire::token_ids_json_len(tokens), |out| {
-        wire::write_token_ids_json(tokens, out);
-        Ok(())
-    })
+    let ids = wire::token_ids_json_len(tokens);
+    let comma = usize::from(!inner.is_empty());
+    let len = PROMPT_KEY.len() + ids + comma + inner.len() + 1;
+    let body = uninitialized_bytes(py, len)?;
+    // SAFETY: `body` is a new bytes object of `len` bytes that nothing else
+    // refers to yet; every byte of it is written below before it is returned.
+    let out = unsafe {
+        std::slice::from_raw_parts_mut(ffi::PyBytes_AsString(body.as_ptr()).cast::<u8>(), len)
+    };
+    let (key, rest) = out.split_at_mut(PROMPT_KEY.len());
+    key.copy_from_slice(PROMPT_KEY);
+    let (array, rest) = rest.split_at_mut(ids);
+    wire::write_token_ids_json(tokens, array);
+    let (separator, rest) = rest.split_at_mut(comma);
+    separator.fill(b',');
+    let (others, close) = rest.split_at_mut(inner.len());
+    others.copy_from_slice(inner);
+    close[0] = b'}';
+    Ok(body)
+}
+
+const PROMPT_KEY: &[u8] = b"{\"prompt\":";
+
+/// A bytes object of `len` bytes left as allocated: `PyBytes::new_with`
+/// zeroes them first, a second pass over a body written whole.
+fn uninitialized_bytes(py: Python<'_>, len: usize) -> PyResult<Bound<'_, PyBytes>> {
+    let len = isize::try_from(len).map_err(|_| PyValueError::new_err("the body is too long"))?;
+    // SAFETY: a null source asks CPython for an unfilled object of `len`
+    // bytes; a null result is the error it raised.
+    unsafe {
+        Bound::from_owned_ptr_or_err(py, ffi::PyBytes_FromStringAndSize(std::ptr::null(), len))
+            .map(|b| b.cast_into_unchecked())
+    }
 }
 
 /// The token ids a JSON array of integers in 0..2³² holds, as little-endian

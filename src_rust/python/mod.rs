@@ -51,7 +51,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(router::check_model, m)?)?;
     m.add_function(wrap_pyfunction!(router::prompt_length, m)?)?;
     m.add_class::<engine_stream::PyCompletionStream>()?;
-    m.add_function(wrap_pyfunction!(engine_stream::token_ids_json, m)?)?;
+    m.add_function(wrap_pyfunction!(engine_stream::prompt_body_json, m)?)?;
     m.add_function(wrap_pyfunction!(engine_stream::token_ids_from_json, m)?)?;
     m.add("RouteRefused", m.py().get_type::<router::RouteRefused>())?;
     m.add("UnknownModel", m.py().get_type::<router::UnknownModel>())?;

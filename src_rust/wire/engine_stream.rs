@@ -414,7 +414,7 @@ fn skip_json_space(json: &[u8], mut at: usize) -> usize {
     at
 }
 
-/// The bytes `token_ids_json` writes for `tokens`.
+/// The bytes `write_token_ids_json` writes for `tokens`.
 pub fn token_ids_json_len(tokens: &[u32]) -> usize {
     let digits: usize = tokens.iter().map(|t| decimal_digits(*t)).sum();
     2 + digits + tokens.len().saturating_sub(1)
