@@ -12,24 +12,19 @@ use crate::ids::{EngineBlockId, SeqHash};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// 12 bytes: packed to 4-byte alignment, the sequence hash is read by value
+/// (a reference to it would be unaligned), and a node costs a quarter less
+/// than with the 4 bytes of padding a `u64` field's alignment would add.
+#[repr(C, packed(4))]
 pub struct Node {
     pub seq: SeqHash,
     /// `SetId::EMPTY` marks a hole left by a removed node.
     pub owners: SetId,
-    /// Logical time of the last lookup or store that touched this block; an
-    /// atomic so that lookups can record it under a shared lock.
-    last_access: AtomicU32,
 }
 
+const _: () = assert!(std::mem::size_of::<Node>() == 12);
+
 impl Node {
-    pub fn touch(&self, tick: u32) {
-        self.last_access.store(tick, Ordering::Relaxed);
-    }
-
-    pub fn last_access(&self) -> u32 {
-        self.last_access.load(Ordering::Relaxed)
-    }
-
     pub fn is_live(&self) -> bool {
         self.owners != SetId::EMPTY
     }
@@ -95,6 +90,11 @@ pub struct NodeArena {
     /// stored event's blocks still land side by side within a run. The last
     /// run is filled first, from its start.
     reusable: Vec<Range<u32>>,
+    /// Each node's logical time of the last lookup or store that touched it
+    /// (atomics, so that lookups record it under a shared lock), kept only
+    /// for an index that prunes the least recently used (`track_access`):
+    /// an unbounded index neither stores nor writes it.
+    last_access: Option<Vec<AtomicU32>>,
     /// Each node's engine block id, where one differs from its sequence hash
     /// (a node whose entry equals its own hash has none). Empty until an
     /// engine names a block by an id of its own.
@@ -121,7 +121,30 @@ impl NodeArena {
     pub fn find(&self, seq: SeqHash) -> Option<u32> {
         let nodes = &self.nodes;
         self.table
-            .find(slot_hash(seq), |i| nodes[i as usize].seq == seq)
+            .find(slot_hash(seq), |i| { nodes[i as usize].seq } == seq)
+    }
+
+    /// Records each node's last access from now on (every node so far
+    /// counts as touched at `tick`).
+    pub fn track_access(&mut self, tick: u32) {
+        let times = (0..self.nodes.len())
+            .map(|_| AtomicU32::new(tick))
+            .collect();
+        self.last_access = Some(times);
+    }
+
+    /// Node `index` was looked up or stored at `tick`.
+    #[inline]
+    pub fn touch(&self, index: u32, tick: u32) {
+        if let Some(times) = &self.last_access {
+            times[index as usize].store(tick, Ordering::Relaxed);
+        }
+    }
+
+    /// The tick node `index` was last touched at; None when not tracked.
+    pub fn last_access(&self, index: u32) -> Option<u32> {
+        let times = self.last_access.as_ref()?;
+        Some(times[index as usize].load(Ordering::Relaxed))
     }
 
     /// Starts loading what storing `seq` under engine id `block` will probe.
@@ -221,7 +244,7 @@ impl NodeArena {
     pub fn find_after(&self, previous: u32, seq: SeqHash) -> Option<u32> {
         let next = previous as usize + 1;
         match self.nodes.get(next) {
-            Some(node) if node.seq == seq && node.is_live() => Some(next as u32),
+            Some(node) if { node.seq } == seq && node.is_live() => Some(next as u32),
             _ => self.find(seq),
         }
     }
@@ -253,23 +276,22 @@ impl NodeArena {
             .last()
             .map_or(self.nodes.len() as u32, |run| run.start);
         let nodes = &self.nodes;
-        if let Some(found) = self
-            .table
-            .find_or_insert(slot_hash(seq), index, |i| nodes[i as usize].seq == seq)
+        if let Some(found) =
+            self.table
+                .find_or_insert(slot_hash(seq), index, |i| { nodes[i as usize].seq } == seq)
         {
             return (found, false);
         }
         let owners = owners();
         debug_assert!(owners != SetId::EMPTY);
-        let node = Node {
-            seq,
-            owners,
-            last_access: AtomicU32::new(tick),
-        };
+        let node = Node { seq, owners };
         if index as usize == self.nodes.len() {
             self.nodes.push(node);
             if !self.names.is_empty() {
                 self.names.push(seq.0);
+            }
+            if let Some(times) = &mut self.last_access {
+                times.push(AtomicU32::new(tick));
             }
             return (index, true);
         }
@@ -278,6 +300,7 @@ impl NodeArena {
         if !self.names.is_empty() {
             self.names[index as usize] = seq.0;
         }
+        self.touch(index, tick);
         self.holes -= 1;
         let run = self.reusable.last_mut().expect("the slot came from a run");
         run.start += 1;
@@ -351,6 +374,11 @@ impl NodeArena {
             self.names.retain(|_| live.next() == Some(true));
             self.names.shrink_to_fit();
         }
+        if let Some(times) = &mut self.last_access {
+            let mut live = self.nodes.iter().map(Node::is_live);
+            times.retain(|_| live.next() == Some(true));
+            times.shrink_to_fit();
+        }
         self.nodes.retain(Node::is_live);
         self.nodes.shrink_to_fit();
         self.holes = 0;
@@ -365,6 +393,9 @@ impl NodeArena {
             + self.table.heap_bytes()
             + self.names.capacity() * std::mem::size_of::<u64>()
             + self.by_name.heap_bytes()
+            + self.last_access.as_ref().map_or(0, |times| {
+                times.capacity() * std::mem::size_of::<AtomicU32>()
+            })
     }
 }
 

@@ -367,6 +367,59 @@ fn pruning_keeps_the_bound_and_drops_least_recently_used() {
 }
 
 #[test]
+fn pruning_follows_use_across_compaction() {
+    let mut tree = PrefixTree::new(BS, Some(100));
+    let hot = tokens(0..8);
+    tree.apply(&batch(1, 0, vec![stored(&hot, None, Tier::Device)]), true)
+        .unwrap();
+    let cold: Vec<Vec<u32>> = (1..41u32).map(|p| tokens(1000 * p..1000 * p + 8)).collect();
+    for (i, prompt) in cold.iter().enumerate() {
+        tree.apply(
+            &batch(1, 1 + i as u64, vec![stored(prompt, None, Tier::Device)]),
+            true,
+        )
+        .unwrap();
+    }
+    // Most of them go: holes outnumber the nodes, and the arena compacts.
+    let slots = tree.arena.slots();
+    for (i, prompt) in cold.iter().take(30).enumerate() {
+        let removed = KvEvent::Removed {
+            block_ids: seqs(prompt).iter().map(|s| EngineBlockId(s.0)).collect(),
+            tier: Tier::Device,
+        };
+        tree.apply(&batch(1, 41 + i as u64, vec![removed]), true)
+            .unwrap();
+    }
+    assert!(tree.arena.slots() < slots, "the arena compacted");
+    for prompt in &cold[30..] {
+        tree.find_matches(&seqs(prompt), false);
+    }
+    // The hot prompt is looked up as fresh prompts fill the index past its
+    // bound: what goes is the cold prompts left, used last before the
+    // fresh ones were stored.
+    let fresh: Vec<Vec<u32>> = (100..140u32)
+        .map(|p| tokens(1000 * p..1000 * p + 8))
+        .collect();
+    for (i, prompt) in fresh.iter().enumerate() {
+        tree.apply(
+            &batch(1, 71 + i as u64, vec![stored(prompt, None, Tier::Device)]),
+            true,
+        )
+        .unwrap();
+        tree.find_matches(&seqs(&hot), false);
+    }
+    let depth = |prompt: &[u32]| tree.find_matches(&seqs(prompt), false).depth(WorkerId(1));
+    assert!(tree.pruned_total() > 0);
+    assert_eq!(depth(&hot), 2);
+    assert!(fresh.iter().all(|prompt| depth(prompt) == 2));
+    let cold_left: u64 = cold[30..]
+        .iter()
+        .map(|prompt| u64::from(depth(prompt)))
+        .sum();
+    assert_eq!(cold_left, 20 - tree.pruned_total());
+}
+
+#[test]
 fn snapshot_round_trips_blocks_tiers_and_sequence_numbers() {
     let idx = index();
     let all = tokens(0..12);

@@ -138,10 +138,14 @@ impl Matching {
 impl PrefixTree {
     pub fn new(block_size: usize, max_nodes: Option<usize>) -> Self {
         assert!(block_size > 0, "block_size must be positive");
+        let mut arena = NodeArena::default();
+        if max_nodes.is_some() {
+            arena.track_access(0);
+        }
         PrefixTree {
             block_size,
             max_nodes,
-            arena: NodeArena::default(),
+            arena,
             sets: OwnerSets::default(),
             workers: WorkerTable::default(),
             clock: AtomicU32::new(0),
@@ -152,7 +156,13 @@ impl PrefixTree {
         }
     }
 
+    /// The logical time of a lookup or store, for pruning the least
+    /// recently used; an unbounded index, which records no access, skips
+    /// the shared counter (a contended line under concurrent lookups).
     fn tick(&self) -> u32 {
+        if self.max_nodes.is_none() {
+            return 0;
+        }
         self.clock.fetch_add(1, Ordering::Relaxed)
     }
 
@@ -305,8 +315,8 @@ impl PrefixTree {
             let Some(index) = found else {
                 break;
             };
+            self.arena.touch(index, tick);
             let node = self.arena.node(index);
-            node.touch(tick);
             if node.owners != current_set {
                 let holdings = self.sets.holdings(node.owners);
                 if i == 0 {
@@ -490,9 +500,8 @@ impl PrefixTree {
         if inserted {
             return (index, None);
         }
-        let node = self.arena.node(index);
-        node.touch(tick);
-        let old = node.owners;
+        self.arena.touch(index, tick);
+        let old = self.arena.node(index).owners;
         let previous = self.sets.get(old, slot);
         let holding = next(previous);
         debug_assert_eq!(holding.slot(), slot);
@@ -554,7 +563,7 @@ impl PrefixTree {
                     };
                     let prev = parent.map(|p| self.parent_seq(slot, p));
                     if let Some(index) = prev.and_then(|seq| self.arena.find(seq)) {
-                        self.arena.node(index).touch(tick);
+                        self.arena.touch(index, tick);
                     }
                     let seqs = chain_all(prev, &locals);
                     for (i, (&block, &seq)) in block_ids.iter().zip(&seqs).enumerate() {
@@ -716,7 +725,13 @@ impl PrefixTree {
         let mut by_age: Vec<(u32, u32)> = self
             .arena
             .iter()
-            .map(|(index, node)| (now.wrapping_sub(node.last_access()), index))
+            .map(|(index, _)| {
+                let touched = self
+                    .arena
+                    .last_access(index)
+                    .expect("a bounded index tracks it");
+                (now.wrapping_sub(touched), index)
+            })
             .collect();
         by_age.select_nth_unstable_by(excess - 1, |a, b| b.0.cmp(&a.0));
         for &(_, index) in &by_age[..excess] {
