@@ -420,6 +420,44 @@ fn pruning_follows_use_across_compaction() {
 }
 
 #[test]
+fn a_block_stored_into_a_reused_slot_counts_as_just_used() {
+    let mut tree = PrefixTree::new(BS, Some(100));
+    let old: Vec<Vec<u32>> = (0..40u32).map(|p| tokens(1000 * p..1000 * p + 8)).collect();
+    for (i, prompt) in old.iter().enumerate() {
+        tree.apply(
+            &batch(1, i as u64, vec![stored(prompt, None, Tier::Device)]),
+            true,
+        )
+        .unwrap();
+    }
+    // A fifth of the blocks go: their slots are reused, not compacted away.
+    for (i, prompt) in old[..8].iter().enumerate() {
+        let removed = KvEvent::Removed {
+            block_ids: seqs(prompt).iter().map(|s| EngineBlockId(s.0)).collect(),
+            tier: Tier::Device,
+        };
+        tree.apply(&batch(1, 40 + i as u64, vec![removed]), true)
+            .unwrap();
+    }
+    let slots = tree.arena.slots();
+    let fresh: Vec<Vec<u32>> = (100..120u32)
+        .map(|p| tokens(1000 * p..1000 * p + 8))
+        .collect();
+    for (i, prompt) in fresh.iter().enumerate() {
+        tree.apply(
+            &batch(1, 48 + i as u64, vec![stored(prompt, None, Tier::Device)]),
+            true,
+        )
+        .unwrap();
+    }
+    assert!(tree.arena.slots() < slots + 40, "the holes were reused");
+    // Past the bound, the oldest prompts go, not those in the reused slots.
+    assert!(tree.pruned_total() > 0);
+    let depth = |prompt: &[u32]| tree.find_matches(&seqs(prompt), false).depth(WorkerId(1));
+    assert!(fresh.iter().all(|prompt| depth(prompt) == 2));
+}
+
+#[test]
 fn snapshot_round_trips_blocks_tiers_and_sequence_numbers() {
     let idx = index();
     let all = tokens(0..12);
