@@ -366,30 +366,46 @@ fn pruning_keeps_the_bound_and_drops_least_recently_used() {
     assert_eq!(idx.workers()[0].blocks, stats.blocks);
 }
 
+/// Eight-token prompts sharing no block, the p-th starting at token 1000·p.
+fn distinct_prompts(range: std::ops::Range<u32>) -> Vec<Vec<u32>> {
+    range.map(|p| tokens(1000 * p..1000 * p + 8)).collect()
+}
+
+/// Worker 1's events, one a prompt, numbered from `first`; the next number.
+fn apply_each(
+    tree: &mut PrefixTree,
+    first: u64,
+    prompts: &[Vec<u32>],
+    event: impl Fn(&[u32]) -> KvEvent,
+) -> u64 {
+    for (i, prompt) in prompts.iter().enumerate() {
+        tree.apply(&batch(1, first + i as u64, vec![event(prompt)]), true)
+            .unwrap();
+    }
+    first + prompts.len() as u64
+}
+
+fn removed(prompt: &[u32]) -> KvEvent {
+    KvEvent::Removed {
+        block_ids: seqs(prompt).iter().map(|s| EngineBlockId(s.0)).collect(),
+        tier: Tier::Device,
+    }
+}
+
+fn stored_on_device(prompt: &[u32]) -> KvEvent {
+    stored(prompt, None, Tier::Device)
+}
+
 #[test]
 fn pruning_follows_use_across_compaction() {
     let mut tree = PrefixTree::new(BS, Some(100));
     let hot = tokens(0..8);
-    tree.apply(&batch(1, 0, vec![stored(&hot, None, Tier::Device)]), true)
-        .unwrap();
-    let cold: Vec<Vec<u32>> = (1..41u32).map(|p| tokens(1000 * p..1000 * p + 8)).collect();
-    for (i, prompt) in cold.iter().enumerate() {
-        tree.apply(
-            &batch(1, 1 + i as u64, vec![stored(prompt, None, Tier::Device)]),
-            true,
-        )
-        .unwrap();
-    }
+    let cold = distinct_prompts(1..41);
+    let next = apply_each(&mut tree, 0, &[hot.clone()], stored_on_device);
+    let next = apply_each(&mut tree, next, &cold, stored_on_device);
     // Most of them go: holes outnumber the nodes, and the arena compacts.
     let slots = tree.arena.slots();
-    for (i, prompt) in cold.iter().take(30).enumerate() {
-        let removed = KvEvent::Removed {
-            block_ids: seqs(prompt).iter().map(|s| EngineBlockId(s.0)).collect(),
-            tier: Tier::Device,
-        };
-        tree.apply(&batch(1, 41 + i as u64, vec![removed]), true)
-            .unwrap();
-    }
+    let mut next = apply_each(&mut tree, next, &cold[..30], removed);
     assert!(tree.arena.slots() < slots, "the arena compacted");
     for prompt in &cold[30..] {
         tree.find_matches(&seqs(prompt), false);
@@ -397,15 +413,14 @@ fn pruning_follows_use_across_compaction() {
     // The hot prompt is looked up as fresh prompts fill the index past its
     // bound: what goes is the cold prompts left, used last before the
     // fresh ones were stored.
-    let fresh: Vec<Vec<u32>> = (100..140u32)
-        .map(|p| tokens(1000 * p..1000 * p + 8))
-        .collect();
-    for (i, prompt) in fresh.iter().enumerate() {
-        tree.apply(
-            &batch(1, 71 + i as u64, vec![stored(prompt, None, Tier::Device)]),
-            true,
-        )
-        .unwrap();
+    let fresh = distinct_prompts(100..140);
+    for prompt in &fresh {
+        next = apply_each(
+            &mut tree,
+            next,
+            std::slice::from_ref(prompt),
+            stored_on_device,
+        );
         tree.find_matches(&seqs(&hot), false);
     }
     let depth = |prompt: &[u32]| tree.find_matches(&seqs(prompt), false).depth(WorkerId(1));
@@ -422,34 +437,13 @@ fn pruning_follows_use_across_compaction() {
 #[test]
 fn a_block_stored_into_a_reused_slot_counts_as_just_used() {
     let mut tree = PrefixTree::new(BS, Some(100));
-    let old: Vec<Vec<u32>> = (0..40u32).map(|p| tokens(1000 * p..1000 * p + 8)).collect();
-    for (i, prompt) in old.iter().enumerate() {
-        tree.apply(
-            &batch(1, i as u64, vec![stored(prompt, None, Tier::Device)]),
-            true,
-        )
-        .unwrap();
-    }
+    let old = distinct_prompts(0..40);
+    let next = apply_each(&mut tree, 0, &old, stored_on_device);
     // A fifth of the blocks go: their slots are reused, not compacted away.
-    for (i, prompt) in old[..8].iter().enumerate() {
-        let removed = KvEvent::Removed {
-            block_ids: seqs(prompt).iter().map(|s| EngineBlockId(s.0)).collect(),
-            tier: Tier::Device,
-        };
-        tree.apply(&batch(1, 40 + i as u64, vec![removed]), true)
-            .unwrap();
-    }
+    let next = apply_each(&mut tree, next, &old[..8], removed);
     let slots = tree.arena.slots();
-    let fresh: Vec<Vec<u32>> = (100..120u32)
-        .map(|p| tokens(1000 * p..1000 * p + 8))
-        .collect();
-    for (i, prompt) in fresh.iter().enumerate() {
-        tree.apply(
-            &batch(1, 48 + i as u64, vec![stored(prompt, None, Tier::Device)]),
-            true,
-        )
-        .unwrap();
-    }
+    let fresh = distinct_prompts(100..120);
+    apply_each(&mut tree, next, &fresh, stored_on_device);
     assert!(tree.arena.slots() < slots + 40, "the holes were reused");
     // Past the bound, the oldest prompts go, not those in the reused slots.
     assert!(tree.pruned_total() > 0);
