@@ -401,7 +401,7 @@ fn pruning_follows_use_across_compaction() {
     let mut tree = PrefixTree::new(BS, Some(100));
     let hot = tokens(0..8);
     let cold = distinct_prompts(1..41);
-    let next = apply_each(&mut tree, 0, &[hot.clone()], stored_on_device);
+    let next = apply_each(&mut tree, 0, std::slice::from_ref(&hot), stored_on_device);
     let next = apply_each(&mut tree, next, &cold, stored_on_device);
     // Most of them go: holes outnumber the nodes, and the arena compacts.
     let slots = tree.arena.slots();
