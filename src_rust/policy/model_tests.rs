@@ -125,3 +125,31 @@ fn models_counts_each_names_routable_workers() {
     assert_eq!(count(""), Some(1));
     assert_eq!(models.len(), 4);
 }
+
+#[test]
+fn a_model_served_only_by_prefill_workers_is_not_routable() {
+    let mut p = two_models(PolicyName::Kvrouter);
+    let count = |p: &Policy, name: &str| {
+        let models = p.pool.models();
+        models.iter().find(|(n, _)| n == name).map(|(_, c)| *c)
+    };
+    p.pool
+        .upsert_worker(WorkerId(7), Role::Prefill, 16_384, &serving("mistral", &[]));
+    assert_eq!(
+        count(&p, "mistral"),
+        Some(0),
+        "a prefill worker alone serves nothing"
+    );
+    let r = request(&p, "mistral").unwrap();
+    assert!(p.route("r", r, &[], 0).is_err());
+    p.pool
+        .upsert_worker(WorkerId(8), Role::Decode, 16_384, &serving("mistral", &[]));
+    assert_eq!(count(&p, "mistral"), Some(1));
+    p.pool
+        .upsert_worker(WorkerId(2), Role::Prefill, 16_384, &serving("qwen", &[]));
+    assert_eq!(
+        count(&p, "qwen"),
+        Some(1),
+        "its prefill worker is not counted"
+    );
+}

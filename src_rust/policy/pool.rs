@@ -87,17 +87,19 @@ impl Pool {
             .ok_or_else(|| RouteError::UnknownModel(name.to_owned()))
     }
 
-    /// Every model name served, with how many of its workers are healthy
-    /// (routable now), sorted by name.
+    /// Every model name served, with how many of its workers are routable
+    /// now (healthy and decode-capable), sorted by name.
     pub fn models(&self) -> Vec<(String, usize)> {
         self.models
             .names()
             .into_iter()
             .map(|(name, id)| {
+                // A prefill worker alone cannot answer a request: only the
+                // decode-capable ones make a model routable.
                 let healthy = self
                     .workers
                     .values()
-                    .filter(|s| s.healthy && s.serves.contains(&id))
+                    .filter(|s| s.healthy && s.serves.contains(&id) && s.role != Role::Prefill)
                     .count();
                 (name.to_owned(), healthy)
             })

@@ -74,7 +74,8 @@ def client(front_door):
 def test_models_health_and_ready(front_door):
     _, base = front_door
     assert http_get(base + "/health") == (200, {"status": "ok"})
-    assert http_get(base + "/ready") == (200, {"ready": True, "routable_workers": {MODEL: 2}})
+    # One prefill and one decode worker: the decode worker is the routable one.
+    assert http_get(base + "/ready") == (200, {"ready": True, "routable_workers": {MODEL: 1}})
     status, models = http_get(base + "/v1/models")
     assert status == 200
     assert [m["id"] for m in models["data"]] == [MODEL]

@@ -8,6 +8,9 @@ answer with an error, and every path closes its booking."""
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
+
 import grpc
 import openai
 import pytest
@@ -258,3 +261,39 @@ def test_an_engine_needs_a_url_and_its_protocol_is_listed(router, engines):
     with RouterClient(router.target) as probe:
         listed = {w.worker_id: (w.protocol, w.address) for w in probe.list_workers()}
     assert listed == {worker_id: ("openai", stub.url) for stub, worker_id in engines.values()}
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return answer.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def test_ready_once_a_worker_can_answer_not_a_prefill_engine_alone(tokenizer_dir):
+    """A prefill engine cannot answer a request by itself: until a
+    decode-capable one registers, /ready is 503 and /v1/models lists
+    nothing, so a readiness probe sends no request that would get a 503."""
+    router = start_router(tokenizer_dir)
+    stubs = [StubEngine(TOKENS["a"]).start() for _ in range(2)]
+    registrations = []
+    try:
+        ready = f"http://127.0.0.1:{router.wait_for('router serving')['http_port']}/ready"
+        registrations.append(register(router.target, stubs[0], role="prefill"))
+        with RouterClient(router.target) as probe_client:
+            wait_until(lambda: probe_client.list_workers(), what="the prefill engine to register")
+        with front_door(router) as client:
+            assert _status(ready) == 503
+            assert [m.id for m in client.models.list()] == []
+            registrations.append(register(router.target, stubs[1]))
+            wait_until(lambda: _status(ready) == 200, what="the front door to be ready")
+            assert [m.id for m in client.models.list()] == [MODEL]
+            answer = client.completions.create(model=MODEL, prompt=[1, 2, 3], max_tokens=2)
+            assert answer.choices[0].finish_reason
+    finally:
+        for registration in registrations:
+            registration.stop_background()
+        for stub in stubs:
+            stub.stop()
+        router.kill()
