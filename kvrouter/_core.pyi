@@ -549,7 +549,8 @@ class Router:
     def models(self) -> list[tuple[str, int]]:
         """Every model name workers serve ("model", "model:adapter"; "" for
         workers that name none), with how many of its workers are routable
-        now, sorted by name."""
+        now (healthy and decode-capable: a prefill worker alone answers no
+        request), sorted by name."""
     def __len__(self) -> int: ...
     def stats(self) -> RouteStats: ...
     def take_decision_lines(self) -> str:

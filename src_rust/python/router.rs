@@ -460,7 +460,8 @@ impl PyRouter {
 
     /// Every model name workers serve (`model`, `model:adapter`; "" for
     /// workers that name none) with how many of its workers are routable
-    /// now.
+    /// now (healthy and decode-capable: a prefill worker alone answers no
+    /// request).
     fn models(&self) -> Vec<(String, usize)> {
         self.router.models()
     }
