@@ -113,43 +113,45 @@ fn a_worker_registered_again_with_another_model_moves_pools() {
     assert!(request(&p, "llama").is_err(), "no worker serves llama now");
 }
 
+/// The routable workers `models()` gives `name`.
+fn routable(p: &Policy, name: &str) -> Option<usize> {
+    p.pool
+        .models()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, count)| count)
+}
+
 #[test]
 fn models_counts_each_names_routable_workers() {
     let mut p = two_models(PolicyName::Kvrouter);
     p.pool.set_healthy(WorkerId(3), false).unwrap();
-    let models = p.pool.models();
-    let count = |name: &str| models.iter().find(|(n, _)| n == name).map(|(_, c)| *c);
-    assert_eq!(count("llama"), Some(2));
-    assert_eq!(count("llama:sql"), Some(1));
-    assert_eq!(count("qwen"), Some(1));
-    assert_eq!(count(""), Some(1));
-    assert_eq!(models.len(), 4);
+    assert_eq!(routable(&p, "llama"), Some(2));
+    assert_eq!(routable(&p, "llama:sql"), Some(1));
+    assert_eq!(routable(&p, "qwen"), Some(1));
+    assert_eq!(routable(&p, ""), Some(1));
+    assert_eq!(p.pool.models().len(), 4);
 }
 
 #[test]
 fn a_model_served_only_by_prefill_workers_is_not_routable() {
     let mut p = two_models(PolicyName::Kvrouter);
-    let count = |p: &Policy, name: &str| {
-        let models = p.pool.models();
-        models.iter().find(|(n, _)| n == name).map(|(_, c)| *c)
-    };
-    p.pool
-        .upsert_worker(WorkerId(7), Role::Prefill, 16_384, &serving("mistral", &[]));
-    assert_eq!(
-        count(&p, "mistral"),
-        Some(0),
-        "a prefill worker alone serves nothing"
-    );
-    let r = request(&p, "mistral").unwrap();
-    assert!(p.route("r", r, &[], 0).is_err());
-    p.pool
-        .upsert_worker(WorkerId(8), Role::Decode, 16_384, &serving("mistral", &[]));
-    assert_eq!(count(&p, "mistral"), Some(1));
-    p.pool
-        .upsert_worker(WorkerId(2), Role::Prefill, 16_384, &serving("qwen", &[]));
-    assert_eq!(
-        count(&p, "qwen"),
-        Some(1),
-        "its prefill worker is not counted"
-    );
+    // Workers registered in turn, and their model's routable count after each.
+    let steps = [
+        (7, Role::Prefill, "mistral", 0),
+        (8, Role::Decode, "mistral", 1),
+        (2, Role::Prefill, "qwen", 1),
+    ];
+    for (id, role, model, expected) in steps {
+        p.pool
+            .upsert_worker(WorkerId(id), role, 16_384, &serving(model, &[]));
+        assert_eq!(routable(&p, model), Some(expected), "worker {id}, {role:?}");
+        if expected == 0 {
+            let r = request(&p, model).unwrap();
+            assert!(
+                p.route("r", r, &[], 0).is_err(),
+                "a prefill worker alone answers nothing"
+            );
+        }
+    }
 }
