@@ -92,7 +92,7 @@ pub struct NodeArena {
     reusable: Vec<Range<u32>>,
     /// Each node's logical time of the last lookup or store that touched it
     /// (atomics, so that lookups record it under a shared lock), kept only
-    /// for an index that prunes the least recently used (`track_access`):
+    /// for an index that prunes the least recently used (`with_access_times`):
     /// an unbounded index neither stores nor writes it.
     last_access: Option<Vec<AtomicU32>>,
     /// Each node's engine block id, where one differs from its sequence hash
@@ -124,13 +124,13 @@ impl NodeArena {
             .find(slot_hash(seq), |i| { nodes[i as usize].seq } == seq)
     }
 
-    /// Records each node's last access from now on (every node so far
-    /// counts as touched at `tick`).
-    pub fn track_access(&mut self, tick: u32) {
-        let times = (0..self.nodes.len())
-            .map(|_| AtomicU32::new(tick))
-            .collect();
-        self.last_access = Some(times);
+    /// An empty arena that records each node's last access, for an index
+    /// that prunes the least recently used.
+    pub fn with_access_times() -> Self {
+        NodeArena {
+            last_access: Some(Vec::new()),
+            ..NodeArena::default()
+        }
     }
 
     /// Node `index` was looked up or stored at `tick`.

@@ -138,14 +138,14 @@ impl Matching {
 impl PrefixTree {
     pub fn new(block_size: usize, max_nodes: Option<usize>) -> Self {
         assert!(block_size > 0, "block_size must be positive");
-        let mut arena = NodeArena::default();
-        if max_nodes.is_some() {
-            arena.track_access(0);
-        }
         PrefixTree {
             block_size,
             max_nodes,
-            arena,
+            arena: if max_nodes.is_some() {
+                NodeArena::with_access_times()
+            } else {
+                NodeArena::default()
+            },
             sets: OwnerSets::default(),
             workers: WorkerTable::default(),
             clock: AtomicU32::new(0),
