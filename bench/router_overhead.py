@@ -33,7 +33,8 @@ the median of the rounds' ratios, each of legs run minutes apart (this
 shared machine's speed drifts by a fifth over a run). Then each leg's
 latency (p50, p99) at one fixed rate: half of kvrouter's own maximum (or
 `--rate`), so "added latency" compares legs at the same load and is
-kvrouter's at half its maximum, as issue 15 asks. With `--profile`, py-spy
+kvrouter's at half its maximum, as issue 15 asks. Every run also records
+the router's CPU time, in ms a request and in cores busy. With `--profile`, py-spy
 records each kvrouter leg's process under closed-loop load and the share of
 samples in each part of the front door is reported.
 
@@ -60,6 +61,7 @@ import urllib.request
 from pathlib import Path
 
 import grpc
+import psutil
 from openai_stub_backend import TOKEN_TEXT
 from router_overhead_profile import summarize
 
@@ -296,6 +298,14 @@ class Leg:
         self.worker = OpenAiWorker(f"127.0.0.1:{grpc_port}", self.backend_url)
         wait_http(self.url + "/ready", 30, self.process)
 
+    def cpu_s(self) -> float:
+        """CPU seconds the router's processes have used (0 for direct)."""
+        if self.process is None:
+            return 0.0
+        root = psutil.Process(self.process.pid)
+        processes = [root, *root.children(recursive=True)]
+        return sum(t.user + t.system for t in (p.cpu_times() for p in processes))
+
     def __exit__(self, *_) -> None:
         if self.worker is not None:
             self.worker.close()
@@ -444,6 +454,18 @@ def warm_up(args, leg: Leg, body: Path, rate: float | None) -> None:
     time.sleep(SETTLE_S)
 
 
+def timed_oha(leg: Leg, *args, **kwargs) -> dict:
+    """`oha`, with the router's CPU time over the run: in ms a request, and in
+    cores busy. A router that costs more a request at a fixed rate than at its
+    closed-loop maximum runs busier than half at half that maximum."""
+    cpu_before, wall_before = leg.cpu_s(), time.monotonic()
+    run = oha(*args, **kwargs)
+    cpu_s, wall_s = leg.cpu_s() - cpu_before, time.monotonic() - wall_before
+    run["router_cpu_ms_per_request"] = 1000 * cpu_s / max(run["ok"], 1)
+    run["router_cores_busy"] = cpu_s / wall_s
+    return run
+
+
 def measure(args, phase: str, leg: Leg, body: Path, rate: float | None, work: Path) -> dict:
     """The phase's runs on one leg: its maximum (the best closed-loop run), or its
     latency at `rate` over kept-alive connections and over a new connection
@@ -451,13 +473,14 @@ def measure(args, phase: str, leg: Leg, body: Path, rate: float | None, work: Pa
     if phase == "max":
         runs = []
         for concurrency in args.max_concurrency:
-            run = oha(args, leg.url, body, seconds=args.seconds, concurrency=concurrency)
+            run = timed_oha(leg, args, leg.url, body, seconds=args.seconds, concurrency=concurrency)
             runs.append(run | {"concurrency": concurrency})
             time.sleep(SETTLE_S)
         return {"max_runs": runs}
     found = {}
     for key, keepalive in (("latency", True), ("latency_new_connections", False)):
-        found[key] = oha(
+        found[key] = timed_oha(
+            leg,
             args,
             leg.url,
             body,
@@ -628,6 +651,17 @@ def table(report: dict) -> str:
             + "".join(f" {c:>8.2f}" for c in cells)
             + f" {maximum:>10.0f} {ratio:>14.2f} {median:>16.2f}"
         )
+    rows += [
+        "",
+        f"{'router CPU':18} {'ms a request at max':>20} {'at the rate':>12} {'cores busy':>11}",
+    ]
+    for name, result in report["legs"].items():
+        if name == "direct" or "error" in result:
+            continue
+        at_max = result.get("max", {}).get("router_cpu_ms_per_request", nan)
+        at_rate = result.get("latency", {}).get("router_cpu_ms_per_request", nan)
+        busy = result.get("latency", {}).get("router_cores_busy", nan)
+        rows.append(f"{name:<18} {at_max:>20.3f} {at_rate:>12.3f} {busy:>11.2f}")
     return "\n".join(rows)
 
 
