@@ -33,6 +33,7 @@ from pathlib import Path
 
 os.environ.setdefault("DYN_LOG", "warn")
 
+from kvrouter.policy import PolicyConfig  # noqa: E402
 from kvrouter.replay import ReplayConfig, load_mooncake, replay  # noqa: E402
 from kvrouter.replay.floor import any_router_floor, pooled_lru_reference  # noqa: E402
 from kvrouter.replay.trace import TraceRequest, write_mooncake  # noqa: E402
@@ -67,8 +68,14 @@ def dynamo(trace: Path, mode: str, workers: int, speed: float) -> dict:
     }
 
 
-def ours(trace: list[TraceRequest], policy: str, workers: int) -> dict:
-    r = replay(trace, policy, ReplayConfig(num_workers=workers))
+def ours(
+    trace: list[TraceRequest], policy: str, workers: int, settings: PolicyConfig | None = None
+) -> dict:
+    """Our replay under `policy`, with `settings` in place of the defaults."""
+    config = ReplayConfig(num_workers=workers)
+    if settings is not None:
+        config.policy_config = settings
+    r = replay(trace, policy, config)
     return {
         "reuse": r["prefix_reuse_ratio"],
         "ttft_mean": r["ttft_ms"]["mean"],
