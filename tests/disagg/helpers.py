@@ -81,3 +81,9 @@ def http_post(url: str, body: bytes, headers: dict | None = None) -> tuple[int, 
             return r.status, dict(r.headers), json.load(r)
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), json.load(e)
+
+
+def log_tail(cluster, name: str = "router", lines: int = 30) -> str:
+    """The end of a cluster process's log, for an assertion's message."""
+    log = cluster.log_dir / f"{name}.log"
+    return f"{log} ends:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])

@@ -18,7 +18,7 @@ from kvrouter.client import Unavailable
 from kvrouter.client.generate import GenerateClient
 
 from .conftest import start_cluster
-from .helpers import BLOCK, generate, overlap, prompt
+from .helpers import BLOCK, generate, log_tail, overlap, prompt
 
 ROUTER_ENV = {
     # Every 300-token prompt is split, however slow this machine is: the
@@ -104,7 +104,11 @@ def test_dead_decode_worker_is_replaced_with_the_same_handoff(settled, reference
     result = generate(settled.target, second, 8)
     assert result.token_ids == reference(second, 8)
     assert result.stats.disaggregated and result.decode_worker != turn1.decode_worker
-    assert result.prefill_worker == turn1.prefill_worker and result.stats.retries >= 1
+    # Seen once in CI: the second turn prefilled on the other prefill
+    # worker, cause unknown; the router's log says which workers failed.
+    assert result.prefill_worker == turn1.prefill_worker and result.stats.retries >= 1, log_tail(
+        settled
+    )
 
 
 def test_hung_decode_worker_during_handoff(settled, reference):
