@@ -4,7 +4,10 @@
 //! the next slot and skips the hash probe.
 //!
 //! The arena also names nodes by engine block ids: one shared name per node,
-//! whichever worker gave it, in a second table keyed by the id.
+//! whichever worker gave it, in a second table keyed by the id. The name's
+//! hash is a bijection of the id, split in two: the table entry's tag holds
+//! its top half and the node's `name_checks` word its bottom half, so a name
+//! costs 12 bytes and a bit, and is checked whole.
 
 use super::owner_sets::SetId;
 use super::slot_table::{prefetch, SlotTable};
@@ -95,11 +98,16 @@ pub struct NodeArena {
     /// for an index that prunes the least recently used (`with_access_times`):
     /// an unbounded index neither stores nor writes it.
     last_access: Option<Vec<AtomicU32>>,
-    /// Each node's engine block id, where one differs from its sequence hash
-    /// (a node whose entry equals its own hash has none). Empty until an
+    /// Per node, the bottom half of its name's hash (see the module note);
+    /// meaningful where `named` has the node's bit. Both are empty until an
     /// engine names a block by an id of its own.
-    names: Vec<u64>,
+    name_checks: Vec<u32>,
+    named: Vec<u64>,
     by_name: SlotTable,
+    /// Entries of `by_name` whose node went without the id being known (a
+    /// prune, a cleared worker): left in place, as finding them would take
+    /// a scan, and swept before a hole is reused.
+    stale_names: usize,
 }
 
 /// The hash table's hash of a sequence hash: it is already uniformly random.
@@ -107,10 +115,58 @@ fn slot_hash(seq: SeqHash) -> u64 {
     seq.0
 }
 
-/// The hash of an engine id, which may be a counter rather than a hash.
+const NAME_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The multiplier's inverse modulo 2^64 (Newton's iteration doubles the
+/// correct low bits each step; an odd number is its own inverse mod 8).
+const NAME_MULTIPLIER_INVERSE: u64 = {
+    let mut inverse = NAME_MULTIPLIER;
+    let mut step = 0;
+    while step < 5 {
+        inverse = inverse.wrapping_mul(2u64.wrapping_sub(NAME_MULTIPLIER.wrapping_mul(inverse)));
+        step += 1;
+    }
+    inverse
+};
+
+/// The hash of an engine id, which may be a counter rather than a hash: a
+/// bijection, so that equal hashes mean equal ids.
+#[inline]
 fn name_hash(id: EngineBlockId) -> u64 {
-    let x = id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let x = id.0.wrapping_mul(NAME_MULTIPLIER);
     x ^ (x >> 29)
+}
+
+/// The id whose [`name_hash`] is `hash`.
+fn name_of_hash(hash: u64) -> EngineBlockId {
+    let x = hash ^ (hash >> 29) ^ (hash >> 58);
+    EngineBlockId(x.wrapping_mul(NAME_MULTIPLIER_INVERSE))
+}
+
+/// Whether bit `index` of a bitmap is set; bits past its end are not.
+fn has_bit(words: &[u64], index: u32) -> bool {
+    words
+        .get(index as usize / 64)
+        .is_some_and(|word| word >> (index % 64) & 1 == 1)
+}
+
+/// Sets or clears bit `index` of a bitmap, growing it as needed.
+fn set_bit(words: &mut Vec<u64>, index: u32, value: bool) {
+    let word = index as usize / 64;
+    if word >= words.len() {
+        words.resize(word + 1, 0);
+    }
+    let bit = 1u64 << (index % 64);
+    if value {
+        words[word] |= bit;
+    } else {
+        words[word] &= !bit;
+    }
+}
+
+/// The bottom half of an id's hash, kept with its node.
+fn name_check(id: EngineBlockId) -> u32 {
+    name_hash(id) as u32
 }
 
 impl NodeArena {
@@ -147,6 +203,21 @@ impl NodeArena {
         Some(times[index as usize].load(Ordering::Relaxed))
     }
 
+    fn is_named(&self, index: u32) -> bool {
+        has_bit(&self.named, index)
+    }
+
+    fn set_named(&mut self, index: u32, named: bool) {
+        set_bit(&mut self.named, index, named);
+    }
+
+    /// Whether node `index` is named `id`, given that the table has an
+    /// entry of `index` under `id`'s tag.
+    #[inline]
+    fn is_named_by(&self, index: u32, id: EngineBlockId) -> bool {
+        self.is_named(index) && self.name_checks[index as usize] == name_check(id)
+    }
+
     /// Starts loading what storing `seq` under engine id `block` will probe.
     #[inline]
     pub fn prefetch_store(&self, seq: SeqHash, block: EngineBlockId) {
@@ -162,7 +233,7 @@ impl NodeArena {
     /// sequence hash).
     #[inline]
     pub fn prefetch_named(&self, block: EngineBlockId) {
-        if self.names.is_empty() {
+        if self.name_checks.is_empty() {
             self.table.prefetch(slot_hash(SeqHash(block.0)));
         } else {
             self.by_name.prefetch(name_hash(block));
@@ -175,21 +246,21 @@ impl NodeArena {
     #[inline]
     pub fn prefetch_erase(&self, block: EngineBlockId) {
         for index in self.by_name.candidates(name_hash(block)) {
-            let node = &self.nodes[index as usize];
-            if self.names[index as usize] == block.0 {
-                self.table.prefetch(slot_hash(node.seq));
+            if self.is_named_by(index, block) {
+                self.table
+                    .prefetch(slot_hash(self.nodes[index as usize].seq));
             }
         }
     }
 
-    /// Starts loading the nodes (and names) the table line, prefetched by
+    /// Starts loading the nodes (and name checks) the table line, prefetched by
     /// [`NodeArena::prefetch_named`] a few blocks earlier, points `block`
     /// at; for an id that names no node, the sequence table's line instead.
     #[inline]
     pub fn prefetch_named_nodes(&self, block: EngineBlockId) {
         let mut named = false;
         for index in self.by_name.candidates(name_hash(block)) {
-            prefetch(&self.names[index as usize]);
+            prefetch(&self.name_checks[index as usize]);
             prefetch(&self.nodes[index as usize]);
             named = true;
         }
@@ -203,40 +274,45 @@ impl NodeArena {
 
     /// The node an engine named `id`.
     pub fn find_named(&self, id: EngineBlockId) -> Option<u32> {
-        let names = &self.names;
         self.by_name
-            .find(name_hash(id), |i| names[i as usize] == id.0)
+            .find(name_hash(id), |i| self.is_named_by(i, id))
     }
 
     /// Names node `index` `id` unless it has another name or `id` names
     /// another node; returns whether `id` now names it.
     pub fn name(&mut self, index: u32, id: EngineBlockId) -> bool {
-        if self.names.is_empty() {
-            self.names = self.nodes.iter().map(|node| node.seq.0).collect();
+        if self.name_checks.is_empty() {
+            self.name_checks = vec![0; self.nodes.len()];
         }
-        let current = self.names[index as usize];
-        if current == id.0 {
-            return true;
+        if self.is_named(index) {
+            // `id` is its name if the bottom halves match and the node's
+            // entry sits under `id`'s tag, the top half.
+            return self.is_named_by(index, id)
+                && self.by_name.find(name_hash(id), |i| i == index).is_some();
         }
-        if current != self.nodes[index as usize].seq.0 {
-            return false;
-        }
-        let names = &self.names;
+        let (checks, named) = (&self.name_checks, &self.named);
+        let is_id = |i: u32| has_bit(named, i) && checks[i as usize] == name_check(id);
         if self
             .by_name
-            .find_or_insert(name_hash(id), index, |i| names[i as usize] == id.0)
+            .find_or_insert(name_hash(id), index, is_id)
             .is_some()
         {
             return false;
         }
-        self.names[index as usize] = id.0;
+        self.name_checks[index as usize] = name_check(id);
+        self.set_named(index, true);
         true
     }
 
-    /// The engine id that names node `index`, if one does.
-    pub fn name_of(&self, index: u32) -> Option<EngineBlockId> {
-        let name = *self.names.get(index as usize)?;
-        (name != self.nodes[index as usize].seq.0).then_some(EngineBlockId(name))
+    /// Every named node's slot and name.
+    pub fn names(&self) -> impl Iterator<Item = (u32, EngineBlockId)> + '_ {
+        self.by_name
+            .entries()
+            .filter(|&(_, index)| self.is_named(index))
+            .map(|(tag, index)| {
+                let hash = u64::from(tag) << 32 | u64::from(self.name_checks[index as usize]);
+                (index, name_of_hash(hash))
+            })
     }
 
     /// The node of `seq`, trying the slot after `previous` before the table.
@@ -287,8 +363,8 @@ impl NodeArena {
         let node = Node { seq, owners };
         if index as usize == self.nodes.len() {
             self.nodes.push(node);
-            if !self.names.is_empty() {
-                self.names.push(seq.0);
+            if !self.name_checks.is_empty() {
+                self.name_checks.push(0);
             }
             if let Some(times) = &mut self.last_access {
                 times.push(AtomicU32::new(tick));
@@ -297,9 +373,6 @@ impl NodeArena {
         }
         debug_assert!(!self.nodes[index as usize].is_live());
         self.nodes[index as usize] = node;
-        if !self.names.is_empty() {
-            self.names[index as usize] = seq.0;
-        }
         self.touch(index, tick);
         self.holes -= 1;
         let run = self.reusable.last_mut().expect("the slot came from a run");
@@ -311,12 +384,19 @@ impl NodeArena {
     }
 
     /// Removes a node and its name, leaving a hole; returns its owner set.
-    pub fn remove(&mut self, index: u32) -> SetId {
+    /// `name` is the engine id it was found by, if it was: the name's entry
+    /// is erased when that is its name, else left stale.
+    pub fn remove(&mut self, index: u32, name: Option<EngineBlockId>) -> SetId {
         let seq = self.nodes[index as usize].seq;
         self.table.remove(slot_hash(seq), index);
-        if let Some(name) = self.name_of(index) {
-            self.by_name.remove(name_hash(name), index);
-            self.names[index as usize] = seq.0;
+        if self.is_named(index) {
+            let erased = name.is_some_and(|id| {
+                self.is_named_by(index, id) && self.by_name.remove(name_hash(id), index)
+            });
+            if !erased {
+                self.stale_names += 1;
+            }
+            self.set_named(index, false);
         }
         self.holes += 1;
         std::mem::replace(&mut self.nodes[index as usize].owners, SetId::EMPTY)
@@ -350,6 +430,11 @@ impl NodeArena {
     }
 
     fn find_reusable_runs(&mut self) {
+        if self.stale_names > 0 {
+            let named = &self.named;
+            self.by_name.remap(|i| has_bit(named, i).then_some(i));
+            self.stale_names = 0;
+        }
         let mut start = None;
         for (i, node) in self.nodes.iter().enumerate() {
             match (node.is_live(), start) {
@@ -369,10 +454,17 @@ impl NodeArena {
     fn compact(&mut self) -> Renumbering {
         self.reusable.clear();
         let remap = Renumbering::new(self.nodes.iter().map(Node::is_live));
-        if !self.names.is_empty() {
+        if !self.name_checks.is_empty() {
             let mut live = self.nodes.iter().map(Node::is_live);
-            self.names.retain(|_| live.next() == Some(true));
-            self.names.shrink_to_fit();
+            self.name_checks.retain(|_| live.next() == Some(true));
+            self.name_checks.shrink_to_fit();
+            let mut named = Vec::new();
+            for (new, (old, _)) in self.iter().enumerate() {
+                if has_bit(&self.named, old) {
+                    set_bit(&mut named, new as u32, true);
+                }
+            }
+            self.named = named;
         }
         if let Some(times) = &mut self.last_access {
             let mut live = self.nodes.iter().map(Node::is_live);
@@ -384,6 +476,7 @@ impl NodeArena {
         self.holes = 0;
         self.table.remap(|i| remap.get(i));
         self.by_name.remap(|i| remap.get(i));
+        self.stale_names = 0;
         remap
     }
 
@@ -391,7 +484,8 @@ impl NodeArena {
     pub fn heap_bytes(&self) -> usize {
         self.nodes.capacity() * std::mem::size_of::<Node>()
             + self.table.heap_bytes()
-            + self.names.capacity() * std::mem::size_of::<u64>()
+            + self.name_checks.capacity() * std::mem::size_of::<u32>()
+            + self.named.capacity() * std::mem::size_of::<u64>()
             + self.by_name.heap_bytes()
             + self.last_access.as_ref().map_or(0, |times| {
                 times.capacity() * std::mem::size_of::<AtomicU32>()
@@ -401,8 +495,38 @@ impl NodeArena {
 
 #[cfg(test)]
 mod tests {
-    use super::Renumbering;
+    use super::{name_hash, name_of_hash, NodeArena, Renumbering};
+    use crate::ids::{EngineBlockId, SeqHash};
+    use crate::index::owner_sets::SetId;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_name_left_behind_does_not_find_the_node_reusing_its_slot() {
+        // Two ids whose hashes share their bottom half: the half a node keeps.
+        let old = name_of_hash(1 << 32 | 7);
+        let new = name_of_hash(2 << 32 | 7);
+        let mut arena = NodeArena::default();
+        let insert =
+            |arena: &mut NodeArena, seq: u64| arena.find_or_insert(SeqHash(seq), 0, || SetId(1)).0;
+        let slots: Vec<u32> = (1..=160).map(|seq| insert(&mut arena, seq)).collect();
+        assert!(arena.name(slots[0], old));
+        // Pruned, so without its id: the name's entry is left behind.
+        for &slot in &slots[..32] {
+            arena.remove(slot, None);
+        }
+        assert_eq!(
+            arena.reclaim_holes().map(|_| ()),
+            None,
+            "runs found, no compaction"
+        );
+        let reused = (1000..1032)
+            .map(|seq| insert(&mut arena, seq))
+            .find(|&i| i == slots[0]);
+        let reused = reused.expect("the named node's slot is reused");
+        assert!(arena.name(reused, new));
+        assert_eq!(arena.find_named(new), Some(reused));
+        assert_eq!(arena.find_named(old), None);
+    }
 
     proptest! {
         #[test]
@@ -414,6 +538,11 @@ mod tests {
                 next += u32::from(is_live);
                 prop_assert_eq!(remap.get(i as u32), expected);
             }
+        }
+
+        #[test]
+        fn a_name_is_recovered_from_its_hash(id in any::<u64>()) {
+            prop_assert_eq!(name_of_hash(name_hash(EngineBlockId(id))), EngineBlockId(id));
         }
     }
 }

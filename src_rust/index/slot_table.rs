@@ -96,6 +96,14 @@ impl SlotTable {
             .map(|e| e.slot)
     }
 
+    /// Every entry's tag and slot, in table order.
+    pub fn entries(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.entries
+            .iter()
+            .filter(|e| e.slot != EMPTY)
+            .map(|e| (e.tag, e.slot))
+    }
+
     /// Adds `slot` under `hash`; the caller knows it is not there yet.
     pub fn insert(&mut self, hash: u64, slot: u32) {
         debug_assert!(slot != EMPTY);

@@ -9,6 +9,7 @@ use super::holding::{Holding, TierSet};
 use super::snapshot_frame;
 use super::tree::PrefixTree;
 use crate::ids::{EngineBlockId, SeqHash, WorkerId};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 /// Counters the index's owner keeps with the index, covered by the same
@@ -77,6 +78,7 @@ impl PrefixTree {
                 }
             })
             .collect();
+        let names: FxHashMap<u32, EngineBlockId> = self.arena.names().collect();
         let mut nodes = Vec::new();
         for (index, node) in self.arena.iter() {
             let holders: Vec<(u32, u8)> = self
@@ -90,7 +92,7 @@ impl PrefixTree {
                 continue;
             }
             // A shared name is listed under every worker holding the node.
-            if let Some(name) = self.arena.name_of(index) {
+            if let Some(name) = names.get(&index) {
                 for &(pos, _) in &holders {
                     workers[pos as usize].engine_ids.push((name.0, node.seq.0));
                 }

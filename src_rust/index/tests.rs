@@ -744,3 +744,44 @@ fn an_id_another_engine_gave_a_block_does_not_name_it_for_this_one() {
     assert_eq!((found.depth(WorkerId(0)), found.depth(WorkerId(1))), (1, 1));
     assert_eq!(tree.find_matches(&seqs(&b), false).depth(WorkerId(0)), 0);
 }
+
+#[test]
+fn names_of_blocks_cleared_without_their_ids_do_not_name_the_slots_reused() {
+    let mut tree = PrefixTree::new(BS, None);
+    let (kept, cleared, next) = (tokens(0..256), tokens(1000..1064), tokens(2000..2064));
+    tree.apply(&batch(2, 0, vec![stored_as(&kept, 5000)]), true)
+        .unwrap();
+    tree.apply(&batch(1, 0, vec![stored_as(&cleared, 1000)]), true)
+        .unwrap();
+    // A cleared worker's blocks go without their ids: their names are left
+    // pointing at the holes, a fifth of the arena, which get reused.
+    tree.apply(&batch(1, 1, vec![KvEvent::Cleared]), true)
+        .unwrap();
+    let slots = tree.arena.slots();
+    tree.apply(&batch(1, 2, vec![stored_as(&next, 3000)]), true)
+        .unwrap();
+    assert_eq!(tree.arena.slots(), slots, "the holes were reused");
+    let outcome = tree
+        .apply(&batch(1, 3, vec![removed_ids(1000, 16)]), false)
+        .unwrap();
+    assert_eq!((outcome.blocks_removed, outcome.unknown_removals), (0, 16));
+    assert_eq!(
+        tree.find_matches(&seqs(&next), false).depth(WorkerId(1)),
+        16
+    );
+    // The old ids name the cleared blocks again once they are stored again.
+    tree.apply(&batch(1, 4, vec![stored_as(&cleared, 1000)]), true)
+        .unwrap();
+    let outcome = tree
+        .apply(&batch(1, 5, vec![removed_ids(1000, 16)]), false)
+        .unwrap();
+    assert_eq!(outcome.blocks_removed, 16);
+    assert_eq!(
+        tree.find_matches(&seqs(&cleared), false).depth(WorkerId(1)),
+        0
+    );
+    assert_eq!(
+        tree.find_matches(&seqs(&next), false).depth(WorkerId(1)),
+        16
+    );
+}

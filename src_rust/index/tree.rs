@@ -517,25 +517,32 @@ impl PrefixTree {
     /// the last; keeps the worker's block count.
     fn drop_holding(&mut self, seq: SeqHash, slot: u32) -> Option<Holding> {
         let index = self.arena.find(seq)?;
-        self.drop_holding_at(index, slot)
+        self.drop_holding_at(index, slot, None)
     }
 
-    /// [`PrefixTree::drop_holding`] for a node already found.
-    fn drop_holding_at(&mut self, index: u32, slot: u32) -> Option<Holding> {
+    /// [`PrefixTree::drop_holding`] for a node already found, by engine id
+    /// `name` if it was.
+    fn drop_holding_at(
+        &mut self,
+        index: u32,
+        slot: u32,
+        name: Option<EngineBlockId>,
+    ) -> Option<Holding> {
         let old = self.arena.node(index).owners;
         let previous = self.sets.get(old, slot)?;
-        self.unlink(index, old, slot);
+        self.unlink(index, old, slot, name);
         if !previous.is_approximate() {
             self.workers.state_mut(slot).blocks -= 1;
         }
         Some(previous)
     }
 
-    /// Moves node `index` from owner set `old` to `old` without `slot`.
-    fn unlink(&mut self, index: u32, old: SetId, slot: u32) {
+    /// Moves node `index` from owner set `old` to `old` without `slot`;
+    /// `name` is the engine id it was found by, if it was.
+    fn unlink(&mut self, index: u32, old: SetId, slot: u32, name: Option<EngineBlockId>) {
         let new = self.sets.without(old, slot);
         if new == SetId::EMPTY {
-            self.arena.remove(index);
+            self.arena.remove(index, name);
             self.sets.release(old);
         } else {
             self.sets.replace(old, new);
@@ -669,7 +676,7 @@ impl PrefixTree {
         let remaining = held.tiers().without(tier);
         if remaining.is_empty() {
             self.forget_own_name(slot, block);
-            self.drop_holding_at(index, slot);
+            self.drop_holding_at(index, slot, Some(block));
         } else {
             let kept = Holding::confirmed(slot, remaining).through_only(held.is_through_only());
             self.put_holding(seq, kept, self.tick());
@@ -693,7 +700,7 @@ impl PrefixTree {
             let node = self.arena.node(index);
             if node.is_live() && self.sets.get(node.owners, slot).is_some() {
                 let old = node.owners;
-                self.unlink(index, old, slot);
+                self.unlink(index, old, slot, None);
             }
         }
         self.approx_expiry.retain(|(_, s), _| *s != slot);
@@ -736,7 +743,7 @@ impl PrefixTree {
         by_age.select_nth_unstable_by(excess - 1, |a, b| b.0.cmp(&a.0));
         for &(_, index) in &by_age[..excess] {
             let seq = self.arena.node(index).seq;
-            let owners = self.arena.remove(index);
+            let owners = self.arena.remove(index, None);
             for holding in self.sets.holdings(owners) {
                 if holding.is_approximate() {
                     self.approx_expiry.remove(&(seq, holding.slot()));
