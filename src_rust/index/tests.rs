@@ -785,3 +785,30 @@ fn names_of_blocks_cleared_without_their_ids_do_not_name_the_slots_reused() {
         16
     );
 }
+
+#[test]
+fn engine_ids_still_remove_their_blocks_after_a_snapshot() {
+    let idx = index();
+    let prompt = tokens(0..64);
+    // Shared names (two workers, one id per block, high bits set) and one
+    // worker's own names for the same blocks.
+    let shared = 0xDEAD_BEEF_0000_0000;
+    for worker in [1, 2] {
+        idx.apply(&batch(worker, 0, vec![stored_as(&prompt, shared)]), true)
+            .unwrap();
+    }
+    idx.apply(&batch(3, 0, vec![stored_as(&prompt, 77)]), true)
+        .unwrap();
+    let marks = SnapshotMarks {
+        stream_position: 1,
+        next_worker_id: 4,
+    };
+    let (restored, _) = PrefixIndex::restore(&idx.snapshot(marks)).unwrap();
+    for (worker, first_id) in [(1, shared), (2, shared), (3, 77)] {
+        let outcome = restored
+            .apply(&batch(worker, 1, vec![removed_ids(first_id, 16)]), true)
+            .unwrap();
+        assert_eq!((outcome.blocks_removed, outcome.unknown_removals), (16, 0));
+    }
+    assert_eq!(restored.stats().blocks, 0);
+}
