@@ -169,6 +169,14 @@ fn name_check(id: EngineBlockId) -> u32 {
     name_hash(id) as u32
 }
 
+/// Whether node `index` is named `id`, given that the name table has an
+/// entry of `index` under `id`'s tag. A free function, so that a table
+/// update can call it while it borrows the table.
+#[inline]
+fn bears_name(checks: &[u32], named: &[u64], index: u32, id: EngineBlockId) -> bool {
+    has_bit(named, index) && checks[index as usize] == name_check(id)
+}
+
 impl NodeArena {
     pub fn len(&self) -> usize {
         self.nodes.len() - self.holes
@@ -211,11 +219,9 @@ impl NodeArena {
         set_bit(&mut self.named, index, named);
     }
 
-    /// Whether node `index` is named `id`, given that the table has an
-    /// entry of `index` under `id`'s tag.
     #[inline]
     fn is_named_by(&self, index: u32, id: EngineBlockId) -> bool {
-        self.is_named(index) && self.name_checks[index as usize] == name_check(id)
+        bears_name(&self.name_checks, &self.named, index, id)
     }
 
     /// Starts loading what storing `seq` under engine id `block` will probe.
@@ -291,7 +297,7 @@ impl NodeArena {
                 && self.by_name.find(name_hash(id), |i| i == index).is_some();
         }
         let (checks, named) = (&self.name_checks, &self.named);
-        let is_id = |i: u32| has_bit(named, i) && checks[i as usize] == name_check(id);
+        let is_id = |i: u32| bears_name(checks, named, i, id);
         if self
             .by_name
             .find_or_insert(name_hash(id), index, is_id)
