@@ -8,6 +8,7 @@
 mod arena;
 mod events;
 mod holding;
+mod huge_pages;
 mod overlap;
 mod owner_sets;
 mod slot_table;

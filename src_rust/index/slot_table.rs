@@ -6,6 +6,8 @@
 //! a lookup stops at the first larger tag, and growing the table is one
 //! sequential pass that never reads the keys.
 
+use super::huge_pages::advise_huge_pages;
+
 const EMPTY: u32 = u32::MAX;
 /// Entries past the last home, so that no run wraps around.
 const TAIL: usize = 64;
@@ -234,6 +236,13 @@ impl SlotTable {
         }
     }
 
+    /// The address of the entry array's middle, for tests of how it is
+    /// mapped.
+    #[cfg(test)]
+    pub fn middle_address(&self) -> usize {
+        self.entries[self.entries.len() / 2..].as_ptr() as usize
+    }
+
     /// Bytes of the entry array.
     pub fn heap_bytes(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<Entry>()
@@ -250,7 +259,11 @@ impl SlotTable {
         let mut bits = bits.max(if self.len > 0 { 4 } else { 0 });
         'sized: loop {
             self.bits = bits;
-            self.entries = vec![FREE; (1usize << bits) + TAIL];
+            let len = (1usize << bits) + TAIL;
+            let mut table = Vec::with_capacity(len);
+            advise_huge_pages(&table);
+            table.resize(len, FREE);
+            self.entries = table;
             self.len = 0;
             let mut next = 0usize;
             for entry in entries.clone() {

@@ -197,3 +197,37 @@ proptest! {
         }
     }
 }
+
+/// A table of millions of entries lies in memory advised for huge pages:
+/// the VmFlags of the mapping that holds its middle include `hg`.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_big_table_asks_for_huge_pages() {
+    if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+        return;
+    }
+    let mut table = SlotTable::default();
+    for slot in 0..1_000_000u32 {
+        table.insert(uniform_hash(u64::from(slot)), slot);
+    }
+    let address = table.middle_address();
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps is readable");
+    let mut holding = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((start, end)) = first.split_once('-') {
+            if let (Ok(start), Ok(end)) = (
+                usize::from_str_radix(start, 16),
+                usize::from_str_radix(end, 16),
+            ) {
+                holding = (start..end).contains(&address);
+                continue;
+            }
+        }
+        if holding && line.starts_with("VmFlags:") {
+            assert!(line.split_whitespace().any(|flag| flag == "hg"), "{line}");
+            return;
+        }
+    }
+    panic!("no mapping holds the table's entries");
+}
