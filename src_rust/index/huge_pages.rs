@@ -6,10 +6,11 @@
 //! default) give huge pages only where asked; under `always` the advice
 //! changes nothing and under `never` it is ignored.
 //!
-//! Only buffers filled whole as soon as they are made are advised. Under a
-//! vector that grows by pushes, the kernel's background pass merges a
-//! partly used 2 MiB range into a whole page: the arena's vectors advised
-//! so took about one more byte per block.
+//! Only buffers filled whole as soon as they are made are advised: the
+//! kernel backs the first touch of an advised 2 MiB range with a whole
+//! page, so a vector growing by pushes would keep its partly used last
+//! range resident whole (the arena's vectors advised took about one more
+//! byte per block).
 
 /// Buffers from this size on are advised; smaller ones rarely span a whole
 /// aligned huge page.
