@@ -1,9 +1,12 @@
 """The prefix index through its Python API, including bad input."""
 
 import threading
+from array import array
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvrouter import Cleared, PrefixIndex, Removed, Stored, Tier, hash_tokens
 
@@ -120,6 +123,34 @@ def test_malformed_events_are_refused_and_leave_state_intact(make_event, error, 
 def test_bad_event_fields_are_refused_at_construction(build, error, message):
     with pytest.raises(error, match=message):
         build()
+
+
+U64_EDGES = [0, 1, 2**30 - 1, 2**30, 2**60, 2**63 - 1, 2**63, 2**64 - 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(U64_EDGES) | st.integers(0, 2**64 - 1), min_size=1, max_size=40, unique=True
+    )
+)
+def test_ints_of_any_u64_size_are_read_exactly_from_lists(block_ids):
+    """Engine block ids and sequence hashes span all of u64; a list (or tuple)
+    of them must read as an array('Q') of the same values does."""
+    index = PrefixIndex(BS)
+    tokens = conversation(BS * len(block_ids))
+    index.apply(1, 0, [Stored(block_ids, tokens)])
+    seq_hashes = hash_tokens(tokens, BS)
+    for query in (seq_hashes, tuple(seq_hashes), array("Q", seq_hashes)):
+        assert index.find_matches(query).scores == {1: len(block_ids)}
+    index.apply(1, 1, [Removed(block_ids)], strict=True)
+    assert index.stats()["blocks"] == 0
+
+
+@pytest.mark.parametrize("bad", [2**64, -1, 2**70])
+def test_a_hash_outside_u64_in_a_list_is_refused(bad):
+    with pytest.raises(TypeError, match="block hashes"):
+        PrefixIndex(BS).find_matches([1, bad])
 
 
 def test_wrong_dtype_for_query_is_a_type_error():
