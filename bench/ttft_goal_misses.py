@@ -9,7 +9,7 @@ it got (`ttft_alone`: what its placements' reuse allows), and the rest
 already over the goal cannot meet it by queueing less: it needs more
 reuse; a row under it misses by queueing.
 
-    python bench/ttft_goal_misses.py [RESULTS.json ...]
+    PYTHONPATH=$PWD .venv/bin/python bench/ttft_goal_misses.py [RESULTS.json ...]
 """
 
 from __future__ import annotations
