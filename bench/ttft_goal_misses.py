@@ -1,8 +1,8 @@
 """Where kvrouter misses the mean-TTFT goal against Dynamo's KV router, is
 it short of reuse or does it queue?
 
-Reads the results of `compare_generated.py` and `compare_dynamo.py` (no
-replay is run) and, for every row whose mean TTFT misses the goal, splits
+Reads results of `compare_generated.py`, `compare_dynamo.py` or
+`rescore_kvrouter.py` (no replay is run) and, for every row whose mean TTFT misses the goal, splits
 kvrouter's TTFT in two: its TTFT had each prefill run alone with the hits
 it got (`ttft_alone`: what its placements' reuse allows), and the rest
 (queueing and batching behind other requests). A row whose TTFT alone is
@@ -23,11 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare_dynamo import ttft_mean_goal  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
+# The verdict docs/routing.md gives: kvrouter's replay of the current policy
+# scored against the Dynamo run of the seed-1 workloads and the Mooncake trace.
+VERDICT = Path(__file__).resolve().parent / "results" / "rescored_queue_iterations"
 DEFAULT = [
-    *(RESULTS / f"compare_generated_{w}.json" for w in ("mix", "busy", "agents", "longdocs")),
-    RESULTS / "compare_generated_tenants.json",
-    RESULTS / "compare_dynamo.json",
+    VERDICT / f"{w}.json" for w in ("mix", "busy", "agents", "longdocs", "tenants", "mooncake")
 ]
 
 

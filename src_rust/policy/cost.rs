@@ -130,6 +130,20 @@ impl Coefficients {
             + self.attention_ms_per_token2 * new * (cached + new / 2.0)
     }
 
+    /// Time to work through `queued` prefill tokens waiting on a worker:
+    /// they take at least `ceil(queued / max_batched_tokens)` iterations,
+    /// and each pays the fixed cost that a request's own prefill pays once
+    /// (priced by tokens alone, a queue looked cheaper than the iterations
+    /// the engine runs for it, and the policy piled requests onto queued
+    /// workers that held their prefix).
+    pub fn queue_ms(&self, queued: f64) -> f64 {
+        if queued <= 0.0 {
+            return 0.0;
+        }
+        let iterations = (queued / self.max_batched_tokens.max(1.0)).ceil();
+        iterations * self.prefill_base_ms + self.prefill_ms_per_token * queued
+    }
+
     /// Tokens this worker would still have to compute for the request.
     pub fn uncached_tokens(&self, request: &Request, overlap: TierDepths) -> u64 {
         let cached = u64::from(overlap.total()) * request.block_size;
@@ -153,7 +167,7 @@ impl Coefficients {
             .saturating_sub(u64::from(overlap.total()))
             .saturating_sub(free);
         Cost {
-            queue_ms: self.prefill_ms_per_token * queued,
+            queue_ms: self.queue_ms(queued),
             prefill_ms: self.prefill_ms(new, cached),
             reload_ms: f64::from(overlap.host) * self.host_reload_ms_per_block
                 + f64::from(overlap.disk) * self.disk_reload_ms_per_block,
@@ -270,15 +284,22 @@ mod tests {
     }
 
     #[test]
-    fn queued_work_adds_linearly() {
+    fn a_queue_costs_its_tokens_and_the_iterations_they_take() {
         let c = Coefficients::default();
-        let busy = Load {
-            queued_prefill_tokens: 10_000,
-            ..idle()
+        let extra = |queued| {
+            let busy = Load {
+                queued_prefill_tokens: queued,
+                ..idle()
+            };
+            c.prefill_cost(&request(640), device(0), &busy).total()
+                - c.prefill_cost(&request(640), device(0), &idle()).total()
         };
-        let extra = c.prefill_cost(&request(640), device(0), &busy).total()
-            - c.prefill_cost(&request(640), device(0), &idle()).total();
-        assert!((extra - 10_000.0 * c.prefill_ms_per_token).abs() < 1e-9);
+        let tokens = |n: u64| n as f64 * c.prefill_ms_per_token;
+        assert_eq!(extra(0), 0.0);
+        // A queue of one token still holds the request for an iteration.
+        assert!((extra(1) - (c.prefill_base_ms + tokens(1))).abs() < 1e-9);
+        assert!((extra(8_192) - (c.prefill_base_ms + tokens(8_192))).abs() < 1e-9);
+        assert!((extra(10_000) - (2.0 * c.prefill_base_ms + tokens(10_000))).abs() < 1e-9);
     }
 
     #[test]

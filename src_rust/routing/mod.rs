@@ -398,11 +398,11 @@ impl Router {
     pub fn backlog_ms(&self, model: &str) -> Result<Option<f64>, RouteError> {
         let policy = self.policy.lock();
         let id = policy.pool.model(model)?;
-        let per_token = policy.coefficients().prefill_ms_per_token;
+        let coefficients = policy.coefficients();
         Ok(policy
             .pool
             .least_queued_prefill(id)
-            .map(|tokens| tokens as f64 * per_token))
+            .map(|tokens| coefficients.queue_ms(tokens as f64)))
     }
 
     /// Runs `f` on the pool: the registry and peers' bookings.

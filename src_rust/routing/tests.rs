@@ -362,7 +362,7 @@ fn a_forgotten_finish_is_retired_at_the_workers_next_report() {
 #[test]
 fn backlog_is_the_least_loaded_healthy_workers_queued_prefill() {
     let r = router(PolicyConfig::default(), RouterOptions::default());
-    let per_token = r.coefficients().prefill_ms_per_token;
+    let c = r.coefficients();
     assert_eq!(r.backlog_ms("").unwrap(), Some(0.0));
     let queued = |tokens| Load {
         queued_prefill_tokens: tokens,
@@ -371,10 +371,10 @@ fn backlog_is_the_least_loaded_healthy_workers_queued_prefill() {
     r.report_load(WorkerId(0), queued(1_000), 0).unwrap();
     assert_eq!(r.backlog_ms("").unwrap(), Some(0.0), "worker 1 is idle");
     r.report_load(WorkerId(1), queued(3_000), 0).unwrap();
-    assert_eq!(r.backlog_ms("").unwrap(), Some(1_000.0 * per_token));
+    assert_eq!(r.backlog_ms("").unwrap(), Some(c.queue_ms(1_000.0)));
     r.with_pool(|pool| pool.set_healthy(WorkerId(0), false))
         .unwrap();
-    assert_eq!(r.backlog_ms("").unwrap(), Some(3_000.0 * per_token));
+    assert_eq!(r.backlog_ms("").unwrap(), Some(c.queue_ms(3_000.0)));
     r.with_pool(|pool| pool.set_healthy(WorkerId(1), false))
         .unwrap();
     assert_eq!(r.backlog_ms("").unwrap(), None);

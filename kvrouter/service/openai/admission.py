@@ -4,8 +4,8 @@ model has a worker with room, and otherwise waits in a bounded queue.
 A model is saturated when the front door already runs `max_in_flight`
 requests, or when every healthy worker of the model has more than
 `max_backlog_ms` of predicted prefill queued (the core's `backlog_ms`: the
-least loaded worker's queued prefill tokens at the calibrated cost per
-token). A request for a saturated model waits; waiters are admitted per
+least loaded worker's queued prefill, priced as the routing cost's queue
+term). A request for a saturated model waits; waiters are admitted per
 model, strictly by priority class (every `high` waiter before any
 `normal` one) and first come first served within a class. A full queue
 refuses at once (429); a request that waits past `queue_timeout_s` is
