@@ -32,8 +32,9 @@ best of all rounds, and the ratio to the faster Rust router is also given as
 the median of the rounds' ratios, each of legs run minutes apart (this
 shared machine's speed drifts by a fifth over a run). Then each leg's
 latency (p50, p99) at one fixed rate: half of kvrouter's own maximum, the
-median of its rounds' maxima (or `--rate`), so "added latency" compares legs at the same load and is
-kvrouter's at half its maximum, as issue 15 asks. Every run also records
+median of its rounds' maxima (or `--rate`), so "added latency" compares
+legs at the same load and is kvrouter's at half its maximum, as issue 15
+asks. Every run also records
 the router's CPU time, in ms a request and in cores busy. With
 `--profile`, py-spy records each kvrouter leg's process under closed-loop
 load and the share of samples in each part of the front door is reported.

@@ -2,12 +2,13 @@
 it short of reuse or does it queue?
 
 Reads results of `compare_generated.py`, `compare_dynamo.py` or
-`rescore_kvrouter.py` (no replay is run) and, for every row whose mean TTFT misses the goal, splits
-kvrouter's TTFT in two: its TTFT had each prefill run alone with the hits
-it got (`ttft_alone`: what its placements' reuse allows), and the rest
-(queueing and batching behind other requests). A row whose TTFT alone is
-already over the goal cannot meet it by queueing less: it needs more
-reuse; a row under it misses by queueing.
+`rescore_kvrouter.py` (no replay is run) and, for every row whose mean
+TTFT misses the goal, splits kvrouter's TTFT in two: its TTFT had each
+prefill run alone with the hits it got (`ttft_alone`: what its
+placements' reuse allows), and the rest (queueing and batching behind
+other requests). A row whose TTFT alone is already over the goal cannot
+meet it by queueing less: it needs more reuse; a row under it misses by
+queueing.
 
     PYTHONPATH=$PWD .venv/bin/python bench/ttft_goal_misses.py [RESULTS.json ...]
 """

@@ -133,9 +133,9 @@ impl Coefficients {
     /// Time to work through `queued` prefill tokens waiting on a worker:
     /// they take at least `ceil(queued / max_batched_tokens)` iterations,
     /// and each pays the fixed cost that a request's own prefill pays once
-    /// (priced by tokens alone, a queue looked cheaper than the iterations
-    /// the engine runs for it, and the policy piled requests onto queued
-    /// workers that held their prefix).
+    /// (priced by its tokens alone, a queue looked cheaper than the
+    /// iterations the engine runs for it; docs/routing.md, "The queue's
+    /// iterations").
     pub fn queue_ms(&self, queued: f64) -> f64 {
         if queued <= 0.0 {
             return 0.0;
