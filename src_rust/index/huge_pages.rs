@@ -1,16 +1,26 @@
 //! Transparent huge pages for the index's hash tables, which outgrow the
 //! CPU cache at millions of blocks. Each lookup probes a random line of a
 //! table of up to hundreds of megabytes: under 2 MiB pages it misses the
-//! TLB far less often than under 4 KiB ones, and filling a fresh table
-//! faults once per 2 MiB. Kernels set to `madvise` (Debian's and Ubuntu's
-//! default) give huge pages only where asked; under `always` the advice
-//! changes nothing and under `never` it is ignored.
+//! TLB far less often than under 4 KiB ones. Kernels set to `madvise`
+//! (Debian's and Ubuntu's default) give huge pages only where asked; under
+//! `always` the advice changes nothing and under `never` it is ignored.
 //!
-//! Only buffers filled whole as soon as they are made are advised: the
-//! kernel backs the first touch of an advised 2 MiB range with a whole
-//! page, so a vector growing by pushes would keep its partly used last
-//! range resident whole (the arena's vectors advised took about one more
-//! byte per block).
+//! A table is advised once it has been written, never before. A first
+//! touch of an advised range asks for a whole huge page, and under the
+//! default `defrag` setting (`madvise`) the kernel compacts memory to find
+//! one inside the fault: on this project's 2-core machine, once its memory
+//! was fragmented, the apply call holding the doubling of a table at 7.3M
+//! entries (one insert, under the index's write lock) took 1.0–2.2 s
+//! advised first against 0.16–0.35 s written first (`bench/index_bench.py
+//! --only trace`, two runs each). Written first, the table is faulted in small
+//! pages, and khugepaged merges them into huge pages in the background, a
+//! few megabytes every few seconds: the lookups of a long-lived index gain,
+//! and no insert waits for compaction.
+//!
+//! Only buffers filled whole as soon as they are made are advised: a
+//! vector growing by pushes would have its partly used last range merged
+//! and kept resident whole (the arena's vectors advised took about one
+//! more byte per block).
 
 /// Buffers from this size on are advised; smaller ones rarely span a whole
 /// aligned huge page.
@@ -18,7 +28,7 @@ const ADVISED_FROM_BYTES: usize = 4 << 20;
 const HUGE_PAGE_BYTES: usize = 2 << 20;
 
 /// Asks for huge pages under the whole 2 MiB pages of `buffer`'s capacity.
-/// Call it before the buffer is first written.
+/// Call it once the buffer is written (see above).
 pub fn advise_huge_pages<T>(buffer: &Vec<T>) {
     let len = buffer.capacity() * std::mem::size_of::<T>();
     #[cfg(target_os = "linux")]

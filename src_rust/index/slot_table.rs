@@ -260,9 +260,8 @@ impl SlotTable {
         'sized: loop {
             self.bits = bits;
             let len = (1usize << bits) + TAIL;
-            let mut table = Vec::with_capacity(len);
+            let table = vec![FREE; len];
             advise_huge_pages(&table);
-            table.resize(len, FREE);
             self.entries = table;
             self.len = 0;
             let mut next = 0usize;
