@@ -425,8 +425,9 @@ pub fn token_ids_json_len(tokens: &[u32]) -> usize {
 /// written into `out`, which must be `token_ids_json_len(tokens)` bytes.
 ///
 /// A long prompt's ids are most of an engine request's body, so each id
-/// costs a few instructions and no data-dependent branch: the array is
-/// written from its end back, and an id under `TABLED_IDS` (every id of
+/// costs a few instructions and no branch that its value steers but the
+/// table's bound: the array is written from its end back, and an id under
+/// `TABLED_IDS` (every id of
 /// most vocabularies) as one looked-up eight-byte store of its comma and
 /// digits, right-aligned where its digits end; the bytes before its comma
 /// land where the ids before it are written next. The first id, ids within
