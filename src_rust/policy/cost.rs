@@ -137,11 +137,12 @@ impl Coefficients {
     /// iterations the engine runs for it; docs/routing.md, "The queue's
     /// iterations").
     pub fn queue_ms(&self, queued: f64) -> f64 {
-        if queued <= 0.0 {
-            return 0.0;
-        }
-        let iterations = (queued / self.max_batched_tokens.max(1.0)).ceil();
-        iterations * self.prefill_base_ms + self.prefill_ms_per_token * queued
+        self.iterations(queued) * self.prefill_base_ms + self.prefill_ms_per_token * queued
+    }
+
+    /// Engine iterations that `tokens` of prefill take at the least.
+    fn iterations(&self, tokens: f64) -> f64 {
+        (tokens / self.max_batched_tokens.max(1.0)).ceil()
     }
 
     /// Tokens this worker would still have to compute for the request.
@@ -156,9 +157,7 @@ impl Coefficients {
         let new = self.uncached_tokens(request, overlap) as f64;
         let cached = request.num_tokens as f64 - new;
         let queued = load.queued_prefill_tokens as f64;
-        let iterations = ((queued + new) / self.max_batched_tokens.max(1.0))
-            .ceil()
-            .max(1.0);
+        let iterations = self.iterations(queued + new).max(1.0);
         let free = load
             .capacity_blocks
             .saturating_sub(load.active_decode_blocks);
