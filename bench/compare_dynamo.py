@@ -196,22 +196,28 @@ def targets(rows: list[dict]) -> dict:
     for row in rows:
         key = f"{row['workers']}w@{row['speed']:g}x"
         rr, orr = row["dynamo_round_robin"], row["ours_round_robin"]
-        kv, mine, lowest = row["dynamo_kv_router"], row["ours_kvrouter"], row["any_router_floor"]
-        t = {
-            "calibrated": calibrated(rr, orr),
-            "reuse_at_least_dynamo": mine["reuse"] >= kv["reuse"],
-            "ttft_mean_ratio": mine["ttft_mean"] / kv["ttft_mean"],
-            "ttft_p99_ratio": mine["ttft_p99"] / kv["ttft_p99"],
-            "itl_mean_ratio": mine["itl_mean"] / kv["itl_mean"],
-            "e2e_mean_ratio": mine["e2e_mean"] / kv["e2e_mean"],
-            # What the best possible router would score: 0.8 is out of reach
-            # where these exceed it.
-            "floor_ttft_mean_ratio": lowest["ttft_mean"] / kv["ttft_mean"],
-            "floor_ttft_p99_ratio": lowest["ttft_p99"] / kv["ttft_p99"],
-        }
-        t["verdict"] = verdict(t)
+        t = {"calibrated": calibrated(rr, orr)}
+        t |= against(row["dynamo_kv_router"], row["ours_kvrouter"], row["any_router_floor"])
         out[key] = t
     return out
+
+
+def against(kv: dict, mine: dict, lowest: dict) -> dict:
+    """kvrouter's figures (`mine`) as ratios to Dynamo's KV router (`kv`),
+    the floor's too, and the verdict on each target."""
+    t = {
+        "reuse_at_least_dynamo": mine["reuse"] >= kv["reuse"],
+        "ttft_mean_ratio": mine["ttft_mean"] / kv["ttft_mean"],
+        "ttft_p99_ratio": mine["ttft_p99"] / kv["ttft_p99"],
+        "itl_mean_ratio": mine["itl_mean"] / kv["itl_mean"],
+        "e2e_mean_ratio": mine["e2e_mean"] / kv["e2e_mean"],
+        # What the best possible router would score: 0.8 is out of reach
+        # where these exceed it.
+        "floor_ttft_mean_ratio": lowest["ttft_mean"] / kv["ttft_mean"],
+        "floor_ttft_p99_ratio": lowest["ttft_p99"] / kv["ttft_p99"],
+    }
+    t["verdict"] = verdict(t)
+    return t
 
 
 def ttft_mean_goal(floor_ratio: float) -> float:
