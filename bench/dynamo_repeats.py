@@ -15,9 +15,9 @@ kvrouter and the any-router floor. Per row it reports:
   many repeats its mean TTFT goal and all five targets pass against.
 
 Prints a table as it goes and writes bench/results/dynamo_repeats.json.
-About 20 minutes for every row with 5 repeats; needs ai-dynamo-runtime
+About 8 minutes for every row with 5 repeats; needs ai-dynamo-runtime
 1.6.1. `--dynamo-runs PATH` takes Dynamo's repeats from an earlier report
-of this bench instead of running them (about 8 minutes), to score another
+of this bench instead of running them (about 5 minutes), to score another
 build of ours against the same runs.
 
     PYTHONPATH=$PWD .venv/bin/python bench/dynamo_repeats.py [--repeats 5]
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", default="4,8,16")
     parser.add_argument("--speeds", default="1,2,3")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--dynamo-runs", type=Path, help="an earlier report's Dynamo repeats")
     args = parser.parse_args(argv)
