@@ -1,7 +1,8 @@
-"""Measures Dynamo's mocker (ai-dynamo-runtime 1.6.1, `run_mocker_trace_replay`,
-round robin) on the small cases the replay's engine must reproduce request by
-request, and writes them to tests/replay/mocker_cases.json, which
-tests/replay/test_mocker_fidelity.py replays.
+"""Measures Dynamo's mocker (ai-dynamo-runtime 1.6.1, `run_mocker_trace_replay`)
+on the small cases the replay must reproduce request by request, and writes
+them to tests/replay/mocker_cases.json, which tests/replay/test_mocker_fidelity.py
+replays: the engine's under round robin, and when Dynamo's KV router sees a
+prompt's blocks under `kv_router` (which our `dynamo` baseline stands for).
 
     .venv/bin/python bench/mocker_cases.py
 """
@@ -33,6 +34,9 @@ def request(at_ms: int, input_length: int, output_length: int, first_id: int) ->
 def long_request(at_ms: int, first_id: int) -> dict:
     return request(at_ms, 16_384, 8_192, first_id)
 
+
+# The router mode each group runs under; round robin where not named.
+ROUTER_MODES = {"router_sees_a_prompt": "kv_router"}
 
 # group -> name -> (workers, KV blocks per worker or None for the default, requests)
 CASES = {
@@ -94,10 +98,33 @@ CASES = {
             + [request(5000 + 50 * k, 4096, 64, 300 + 10 * k) for k in range(6)],
         ),
     },
+    # Dynamo's router sees a prompt's blocks once its prefill has ended, not
+    # while it prefills. A short request decodes on one worker; the first
+    # long prompt then goes to the other, and the same prompt again goes to
+    # the first worker while the long one prefills (its blocks unseen, its
+    # worker looks the busier), to the long one's worker after its prefill
+    # ended (85.8 ms; three chunks, 424 ms, for the longest).
+    "router_sees_a_prompt": {
+        "while_it_prefills": (
+            2,
+            None,
+            [request(0, 1024, 400, 500), request(1, 4096, 40, 0), request(50, 4096, 4, 0)],
+        ),
+        "once_its_prefill_ended": (
+            2,
+            None,
+            [request(0, 1024, 400, 500), request(1, 4096, 40, 0), request(100, 4096, 4, 0)],
+        ),
+        "after_its_last_chunk_is_scheduled": (
+            2,
+            None,
+            [request(0, 1024, 400, 500), request(1, 20_480, 4, 0), request(300, 20_480, 4, 0)],
+        ),
+    },
 }
 
 
-def measure(workers: int, blocks: int | None, requests: list[dict]) -> list[dict]:
+def measure(workers: int, blocks: int | None, requests: list[dict], mode: str) -> list[dict]:
     from dynamo._core import run_mocker_trace_replay
 
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
@@ -109,7 +136,7 @@ def measure(workers: int, blocks: int | None, requests: list[dict]) -> list[dict
             [path],
             extra_engine_args=engine,
             num_workers=workers,
-            router_mode="round_robin",
+            router_mode=mode,
             trace_block_size=BLOCK,
             capture_per_request=True,
         )
@@ -122,6 +149,7 @@ def measure(workers: int, blocks: int | None, requests: list[dict]) -> list[dict
                 "ttft_ms": r["ttft_ms"],
                 "e2e_ms": r["e2e_latency_ms"],
                 "readmissions": r["readmission_count"],
+                "reused_tokens": r["reused_input_tokens"],
             }
             for r in result.per_request
         ),
@@ -133,9 +161,11 @@ def main() -> int:
     fixture = {}
     for group, cases in CASES.items():
         fixture[group] = {}
+        mode = ROUTER_MODES.get(group, "round_robin")
         for name, (workers, blocks, requests) in cases.items():
-            measured = measure(workers, blocks, requests)
+            measured = measure(workers, blocks, requests, mode)
             fixture[group][name] = {
+                "router_mode": mode,
                 "workers": workers,
                 "capacity_blocks": blocks,
                 "trace": requests,

@@ -64,14 +64,13 @@ def replay(trace: list[TraceRequest], policy: str, cfg: ReplayConfig, progress=N
     workers_by_id = {w.id: w for w in workers}
     timing = cfg.timing
 
-    def deliver(worker: SimWorker) -> None:
-        published = worker.take_events()
-        if not chooser.uses_index or not (published.stored or published.removed):
+    def deliver(worker: SimWorker, stored, removed) -> None:
+        if not chooser.uses_index or not (stored or removed):
             return
         batch = []
-        if published.removed:
-            batch.append(Removed(published.removed))
-        batch += [Stored(blocks, local_hashes=blocks, parent=p) for p, blocks in published.stored]
+        if removed:
+            batch.append(Removed(removed))
+        batch += [Stored(blocks, local_hashes=blocks, parent=p) for p, blocks in stored]
         item = (worker.id, worker.event_seq, batch)
         worker.event_seq += 1
         if cfg.event_lag_ms > 0:
@@ -86,7 +85,6 @@ def replay(trace: list[TraceRequest], policy: str, cfg: ReplayConfig, progress=N
         if handoffs:
             horizon = min(horizon, handoffs[0])
         end = worker.start_step(now, horizon)
-        deliver(worker)
         if end is not None:
             heapq.heappush(events, (end, next(order), "step", worker))
 
@@ -101,6 +99,7 @@ def replay(trace: list[TraceRequest], policy: str, cfg: ReplayConfig, progress=N
             if kind == "step":
                 worker = payload
                 out = worker.finish_step()
+                deliver(worker, out.stored, out.removed)
                 for r in out.prefilled:
                     chooser.prefill_done(r.id)
                     if worker.role == "prefill" and r.remaining > 0:

@@ -37,7 +37,6 @@ class SimRequest:
         "id", "arrival", "input_length", "output_length", "blocks", "hashes",
         "hit", "computed", "held", "remaining", "kv_tokens", "first_token",
         "done_at", "prefill_worker", "decode_worker", "decode_only", "reused",
-        "announced",
     )  # fmt: skip
 
     def __init__(self, rid, arrival, input_length, output_length, blocks):
@@ -58,7 +57,6 @@ class SimRequest:
         self.decode_worker = None
         self.decode_only = False
         self.reused = 0
-        self.announced = 0  # prompt blocks its worker has published as stored
 
     def known_tokens(self) -> int:
         """Prompt plus the tokens generated so far."""
@@ -72,17 +70,11 @@ class SimRequest:
 
 
 @dataclass
-class KvEvents:
-    """What a worker publishes when it schedules an iteration."""
-
-    stored: list[tuple[int | None, list[int]]] = field(default_factory=list)  # (parent, blocks)
-    removed: list[int] = field(default_factory=list)
-
-
-@dataclass
 class StepOutcome:
     prefilled: list[SimRequest] = field(default_factory=list)  # first token now
     completed: list[SimRequest] = field(default_factory=list)
+    stored: list[tuple[int | None, list[int]]] = field(default_factory=list)  # (parent, blocks)
+    removed: list[int] = field(default_factory=list)
     # Calibration samples the worker would report: (new tokens, cached tokens, ms).
     prefill_samples: list[tuple[int, int, float]] = field(default_factory=list)
     # (KV blocks a decode step reads, a shared prefix once per request; ms per step)
@@ -104,7 +96,8 @@ class SimWorker:
         self.event_seq = 0
         self.busy_ms = 0.0
         self._plan: tuple = ()
-        self._events = KvEvents()
+        self._evicted: list[int] = []
+        self._received: list[tuple[int | None, list[int]]] = []
 
     def enqueue(self, request: SimRequest) -> None:
         # What the engine's prefix cache holds for it on arrival; admission
@@ -137,7 +130,7 @@ class SimWorker:
         evicted = self.cache.grow(need)
         if evicted is None:
             return False
-        self._events.removed.extend(evicted)
+        self._evicted.extend(evicted)
         r.held += need
         return True
 
@@ -167,14 +160,14 @@ class SimWorker:
             if evicted is None:
                 return
             self.waiting.popleft()
-            self._events.removed.extend(evicted)
+            self._evicted.extend(evicted)
             r.hit, r.held = hit, tail
-            r.announced = hit
             self.running.append(r)
             if r.decode_only:
                 # The blocks it lacked arrived from the prefill worker, with
                 # the first token still to run through the model.
-                self._announce(r, len(r.blocks))
+                if hit < len(r.blocks):
+                    self._received.append((r.blocks[hit - 1] if hit else None, r.blocks[hit:]))
                 r.kv_tokens = known
                 r.computed = known - 1
                 decoders.append(r)
@@ -213,8 +206,6 @@ class SimWorker:
             i += 1
         if not preempted:
             self._admit(budget, chunks, decoders)
-        for r, c in chunks:
-            self._announce(r, min((r.computed + c) // self.block_size, len(r.blocks)))
         if chunks:
             dt = t.prefill_ms(self._prompt_tokens(chunks))
             if decoders:
@@ -240,20 +231,6 @@ class SimWorker:
         self._plan = (chunks, decoders, steps, dt, now)
         return now + dt
 
-    def _announce(self, r: SimRequest, blocks: int) -> None:
-        """Publishes `r`'s prompt blocks up to `blocks` as stored. As in
-        vLLM and Dynamo's mocker, a block is published when an iteration
-        that fills it is scheduled, not when that iteration ends."""
-        if blocks > r.announced:
-            parent = r.blocks[r.announced - 1] if r.announced else None
-            self._events.stored.append((parent, r.blocks[r.announced : blocks]))
-            r.announced = blocks
-
-    def take_events(self) -> KvEvents:
-        """The KV events published since the last call."""
-        events, self._events = self._events, KvEvents()
-        return events
-
     @staticmethod
     def _prompt_tokens(chunks: list[tuple[SimRequest, int]]) -> int:
         """The chunks' prompt tokens: the generated tokens a preempted
@@ -276,7 +253,8 @@ class SimWorker:
     def finish_step(self) -> StepOutcome:
         chunks, decoders, steps, dt, start = self._plan
         end = start + dt
-        out = StepOutcome()
+        out = StepOutcome(removed=self._evicted, stored=self._received)
+        self._evicted, self._received = [], []
         for r in decoders:
             r.computed += steps
             r.remaining -= steps
@@ -295,6 +273,8 @@ class SimWorker:
             # samples the next token, whose KV the next decode step computes.
             r.remaining -= 1
             r.kv_tokens = r.known_tokens()
+            if r.hit < len(r.blocks):
+                out.stored.append((r.blocks[r.hit - 1] if r.hit else None, r.blocks[r.hit :]))
             if r.first_token is None:
                 r.first_token = end
                 out.prefilled.append(r)

@@ -1,5 +1,7 @@
-"""The replay's engine against Dynamo's mocker, request by request, on the
-small cases bench/mocker_cases.py measured (tests/replay/mocker_cases.json)."""
+"""The replay against Dynamo's mocker, request by request, on the small
+cases bench/mocker_cases.py measured (tests/replay/mocker_cases.json): the
+engine under round robin, and our `dynamo` baseline where the mocker ran
+Dynamo's KV router."""
 
 import json
 from pathlib import Path
@@ -13,6 +15,7 @@ CASES = json.loads(Path(__file__).with_name("mocker_cases.json").read_text())
 # An iteration that chunks one of several prompts costs up to 0.05 ms less in
 # the mocker than the timing model's prefill term of their sum.
 TOLERANCE = {"rel": 1e-4, "abs": 0.05}
+POLICIES = {"round_robin": "round_robin", "kv_router": "dynamo"}
 
 
 def latencies(case: dict) -> tuple[list[float], list[float]]:
@@ -25,7 +28,7 @@ def latencies(case: dict) -> tuple[list[float], list[float]]:
     cfg = ReplayConfig(num_workers=case["workers"])
     if case["capacity_blocks"]:
         cfg.capacity_blocks = case["capacity_blocks"]
-    report = replay(trace, "round_robin", cfg)
+    report = replay(trace, POLICIES[case["router_mode"]], cfg)
     assert report["completed"] == len(trace)
     pairs = sorted(zip(report["ttft_samples_ms"], report["e2e_samples_ms"], strict=True))
     ours = [ms for pair in pairs for ms in pair]
@@ -54,4 +57,10 @@ def test_released_output_blocks_are_evicted_in_their_turn(name):
 @pytest.mark.parametrize("name", sorted(CASES["output_blocks"]))
 def test_output_blocks_are_allocated_on_demand_and_preempt(name):
     ours, theirs = latencies(CASES["output_blocks"][name])
+    assert ours == pytest.approx(theirs, **TOLERANCE)
+
+
+@pytest.mark.parametrize("name", sorted(CASES["router_sees_a_prompt"]))
+def test_the_router_sees_a_prompts_blocks_once_its_prefill_ended(name):
+    ours, theirs = latencies(CASES["router_sees_a_prompt"][name])
     assert ours == pytest.approx(theirs, **TOLERANCE)

@@ -20,7 +20,6 @@ from kvrouter.replay.floor import (
 )
 from kvrouter.replay.synthetic import WorkloadShape, generate
 from kvrouter.replay.trace import TraceRequest, engine_blocks, write_mooncake
-from kvrouter.replay.worker import SimRequest, SimWorker
 
 
 @pytest.fixture(scope="module")
@@ -180,30 +179,6 @@ def test_no_split_of_a_prompt_prefills_faster_than_the_floor(chunks):
     n = sum(chunks)
     assert sum(timing.prefill_ms(c) for c in chunks) >= timing.min_prefill_ms(n, 0) - 1e-9
     assert timing.min_prefill_ms(n, 0) <= timing.lone_prefill_ms(n, 0)
-
-
-def test_a_prompt_is_published_chunk_by_chunk_as_its_iterations_are_scheduled():
-    """As vLLM and Dynamo's mocker do: a router sees a long prompt's blocks
-    while it prefills, so the requests of a burst find its prefix early."""
-    timing = TimingModel(max_batched_tokens=256)
-    worker = SimWorker(0, "both", capacity_blocks=64, block_size=64, timing=timing)
-    blocks = list(range(100, 109))  # 9 blocks; 600 tokens: chunks of 256, 256, 88
-    worker.enqueue(SimRequest("r", 0.0, 600, 4, blocks))
-    published = []
-    now = 0.0
-    for _ in range(3):
-        end = worker.start_step(now, float("inf"))
-        published.append(worker.take_events().stored)
-        out = worker.finish_step()
-        now = end
-    assert published == [
-        [(None, [100, 101, 102, 103])],
-        [(103, [104, 105, 106, 107])],
-        [(107, [108])],
-    ]
-    assert [r.id for r in out.prefilled] == ["r"]
-    worker.start_step(now, float("inf"))
-    assert worker.take_events().stored == []
 
 
 def test_decode_step_saturates_at_a_full_cache():
