@@ -36,7 +36,7 @@ def long_request(at_ms: int, first_id: int) -> dict:
 
 
 # The router mode each group runs under; round robin where not named.
-ROUTER_MODES = {"router_sees_a_prompt": "kv_router"}
+ROUTER_MODES = {"router_sees_a_chunk_once_computed": "kv_router"}
 
 # group -> name -> (workers, KV blocks per worker or None for the default, requests)
 CASES = {
@@ -98,13 +98,15 @@ CASES = {
             + [request(5000 + 50 * k, 4096, 64, 300 + 10 * k) for k in range(6)],
         ),
     },
-    # Dynamo's router sees a prompt's blocks once its prefill has ended, not
-    # while it prefills. A short request decodes on one worker; the first
-    # long prompt then goes to the other, and the same prompt again goes to
-    # the first worker while the long one prefills (its blocks unseen, its
-    # worker looks the busier), to the long one's worker after its prefill
-    # ended (85.8 ms; three chunks, 424 ms, for the longest).
-    "router_sees_a_prompt": {
+    # Dynamo's router sees a prompt's blocks chunk by chunk, once the
+    # iteration that computed each chunk has ended, not while it is
+    # computed. A request decodes on one worker; a long prompt then goes to
+    # the other, and the same prompt again goes to the decoding worker while
+    # none of the long one is seen (its worker looks the busier), and to the
+    # long one's worker once enough of it is: a 4,096-token prompt's one
+    # chunk ends at 85.8 ms; a 20,480-token prompt's chunks at 170, 339 and
+    # 424 ms.
+    "router_sees_a_chunk_once_computed": {
         "while_it_prefills": (
             2,
             None,
@@ -115,10 +117,15 @@ CASES = {
             None,
             [request(0, 1024, 400, 500), request(1, 4096, 40, 0), request(100, 4096, 4, 0)],
         ),
-        "after_its_last_chunk_is_scheduled": (
+        "one_chunk_of_three_computed": (
             2,
             None,
-            [request(0, 1024, 400, 500), request(1, 20_480, 4, 0), request(300, 20_480, 4, 0)],
+            [request(0, 8192, 400, 500), request(1, 20_480, 4, 0), request(300, 20_480, 4, 0)],
+        ),
+        "two_chunks_of_three_computed": (
+            2,
+            None,
+            [request(0, 8192, 400, 500), request(1, 20_480, 4, 0), request(345, 20_480, 4, 0)],
         ),
     },
 }

@@ -37,6 +37,7 @@ class SimRequest:
         "id", "arrival", "input_length", "output_length", "blocks", "hashes",
         "hit", "computed", "held", "remaining", "kv_tokens", "first_token",
         "done_at", "prefill_worker", "decode_worker", "decode_only", "reused",
+        "published",
     )  # fmt: skip
 
     def __init__(self, rid, arrival, input_length, output_length, blocks):
@@ -57,6 +58,7 @@ class SimRequest:
         self.decode_worker = None
         self.decode_only = False
         self.reused = 0
+        self.published = 0  # prompt blocks its worker has published as stored
 
     def known_tokens(self) -> int:
         """Prompt plus the tokens generated so far."""
@@ -162,6 +164,7 @@ class SimWorker:
             self.waiting.popleft()
             self._evicted.extend(evicted)
             r.hit, r.held = hit, tail
+            r.published = hit
             self.running.append(r)
             if r.decode_only:
                 # The blocks it lacked arrived from the prefill worker, with
@@ -267,14 +270,19 @@ class SimWorker:
             out.decode_sample = (-(-read // self.block_size), dt / steps)
         for r, c in chunks:
             r.computed += c
+            # As in Dynamo's mocker, a router sees a chunk's blocks once the
+            # iteration that computed them has ended, chunk by chunk.
+            full = min(r.computed // self.block_size, len(r.blocks))
+            if full > r.published:
+                parent = r.blocks[r.published - 1] if r.published else None
+                out.stored.append((parent, r.blocks[r.published : full]))
+                r.published = full
             if r.computed < r.known_tokens():
                 continue
             # The prompt (or what a preemption lost) is in: this iteration
             # samples the next token, whose KV the next decode step computes.
             r.remaining -= 1
             r.kv_tokens = r.known_tokens()
-            if r.hit < len(r.blocks):
-                out.stored.append((r.blocks[r.hit - 1] if r.hit else None, r.blocks[r.hit :]))
             if r.first_token is None:
                 r.first_token = end
                 out.prefilled.append(r)

@@ -60,7 +60,7 @@ def test_output_blocks_are_allocated_on_demand_and_preempt(name):
     assert ours == pytest.approx(theirs, **TOLERANCE)
 
 
-@pytest.mark.parametrize("name", sorted(CASES["router_sees_a_prompt"]))
-def test_the_router_sees_a_prompts_blocks_once_its_prefill_ended(name):
-    ours, theirs = latencies(CASES["router_sees_a_prompt"][name])
+@pytest.mark.parametrize("name", sorted(CASES["router_sees_a_chunk_once_computed"]))
+def test_the_router_sees_a_prompts_blocks_chunk_by_chunk_once_computed(name):
+    ours, theirs = latencies(CASES["router_sees_a_chunk_once_computed"][name])
     assert ours == pytest.approx(theirs, **TOLERANCE)
