@@ -35,6 +35,17 @@ def long_request(at_ms: int, first_id: int) -> dict:
     return request(at_ms, 16_384, 8_192, first_id)
 
 
+def prompt_again(decoding: int, prompt: int, again_ms: int) -> tuple:
+    """Two workers: a request of `decoding` tokens decoding on one, a
+    `prompt`-token prompt routed a millisecond later to the other, and the
+    same prompt again at `again_ms`."""
+    return (
+        2,
+        None,
+        [request(0, decoding, 400, 500), request(1, prompt, 4, 0), request(again_ms, prompt, 4, 0)],
+    )
+
+
 # The router mode each group runs under; round robin where not named.
 ROUTER_MODES = {"router_sees_a_chunk_once_computed": "kv_router"}
 
@@ -107,26 +118,10 @@ CASES = {
     # chunk ends at 85.8 ms; a 20,480-token prompt's chunks at 170, 339 and
     # 424 ms.
     "router_sees_a_chunk_once_computed": {
-        "while_it_prefills": (
-            2,
-            None,
-            [request(0, 1024, 400, 500), request(1, 4096, 40, 0), request(50, 4096, 4, 0)],
-        ),
-        "once_its_prefill_ended": (
-            2,
-            None,
-            [request(0, 1024, 400, 500), request(1, 4096, 40, 0), request(100, 4096, 4, 0)],
-        ),
-        "one_chunk_of_three_computed": (
-            2,
-            None,
-            [request(0, 8192, 400, 500), request(1, 20_480, 4, 0), request(300, 20_480, 4, 0)],
-        ),
-        "two_chunks_of_three_computed": (
-            2,
-            None,
-            [request(0, 8192, 400, 500), request(1, 20_480, 4, 0), request(345, 20_480, 4, 0)],
-        ),
+        "while_it_prefills": prompt_again(1024, 4096, 50),
+        "once_its_prefill_ended": prompt_again(1024, 4096, 100),
+        "one_chunk_of_three_computed": prompt_again(8192, 20_480, 300),
+        "two_chunks_of_three_computed": prompt_again(8192, 20_480, 345),
     },
 }
 
