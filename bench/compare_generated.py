@@ -65,6 +65,17 @@ WORKLOADS = {
 }
 
 
+def workload_trace(name: str, seed: int, directory: Path) -> Path:
+    """The Mooncake-format trace of workload `name`: the shared Mooncake
+    trace for "mooncake", else the generated workload written into
+    `directory`."""
+    if name == "mooncake":
+        return compare_dynamo.TRACE
+    trace = directory / f"{name}.jsonl"
+    write_mooncake(trace, generate(WORKLOADS[name], seed=seed))
+    return trace
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -75,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.workloads.split(","):
-            trace = Path(tmp) / f"{name}.jsonl"
-            write_mooncake(trace, generate(WORKLOADS[name], seed=args.seed))
+            trace = workload_trace(name, args.seed, Path(tmp))
             out = RESULTS / f"compare_generated_{name}.json"
             print(f"{name}: replaying ...", flush=True)
             with contextlib.redirect_stdout(io.StringIO()):

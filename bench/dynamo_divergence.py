@@ -28,12 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("DYN_LOG", "warn")
 
-import compare_dynamo  # noqa: E402
-from compare_generated import WORKLOADS  # noqa: E402
+from compare_generated import workload_trace  # noqa: E402
 
 from kvrouter.replay import ReplayConfig, load_mooncake, simulator  # noqa: E402
-from kvrouter.replay.synthetic import generate  # noqa: E402
-from kvrouter.replay.trace import write_mooncake  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dynamo_divergence.json"
 
@@ -106,11 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        if args.workload == "mooncake":
-            trace = compare_dynamo.TRACE
-        else:
-            trace = Path(tmp) / "trace.jsonl"
-            write_mooncake(trace, generate(WORKLOADS[args.workload], seed=args.seed))
+        trace = workload_trace(args.workload, args.seed, Path(tmp))
         theirs = dynamo_requests(trace, args.workers, args.speed)
         ours = our_requests(trace, args.workers, args.speed)
     rows = divergences(theirs, ours, args.first)

@@ -37,23 +37,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compare_dynamo  # noqa: E402
-from compare_generated import WORKLOADS  # noqa: E402
+from compare_generated import WORKLOADS, workload_trace  # noqa: E402
 
 from kvrouter.replay import load_mooncake  # noqa: E402
-from kvrouter.replay.synthetic import generate  # noqa: E402
-from kvrouter.replay.trace import write_mooncake  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dynamo_repeats.json"
 # The issue's tolerance for the Dynamo-style cost against Dynamo's router.
 TOLERANCE = 0.03
 
 
-def row_report(trace: Path, workers: int, speed: float, runs: list[dict] | int) -> dict:
-    """One row: Dynamo's KV router `runs` times (or its runs, given); ours
-    and the floor once."""
+def row_report(trace: Path, workers: int, speed: float, runs: list[dict]) -> dict:
+    """One row against Dynamo's KV router `runs`: ours and the floor, once."""
     requests = load_mooncake(trace, speed)
-    if isinstance(runs, int):
-        runs = [compare_dynamo.dynamo(trace, "kv_router", workers, speed) for _ in range(runs)]
     dynamo_style = compare_dynamo.ours(requests, "dynamo", workers)
     kvrouter = compare_dynamo.ours(requests, "kvrouter", workers)
     floor = compare_dynamo.reference(requests, workers)
@@ -146,17 +141,17 @@ def main(argv: list[str] | None = None) -> int:
     print(HEADER, flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.workloads.split(","):
-            if name == "mooncake":
-                trace = compare_dynamo.TRACE
-            else:
-                trace = Path(tmp) / f"{name}.jsonl"
-                write_mooncake(trace, generate(WORKLOADS[name], seed=args.seed))
+            trace = workload_trace(name, args.seed, Path(tmp))
             for speed in [float(s) for s in args.speeds.split(",")]:
                 for workers in [int(w) for w in args.workers.split(",")]:
                     key = (name, workers, speed)
                     if args.dynamo_runs and key not in earlier:
                         parser.error(f"{args.dynamo_runs} has no row {key}")
-                    row = row_report(trace, workers, speed, earlier.get(key, args.repeats))
+                    runs = earlier.get(key) or [
+                        compare_dynamo.dynamo(trace, "kv_router", workers, speed)
+                        for _ in range(args.repeats)
+                    ]
+                    row = row_report(trace, workers, speed, runs)
                     rows.append((name, row))
                     print(line(name, row), flush=True)
     text = summary(rows)

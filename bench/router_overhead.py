@@ -35,9 +35,9 @@ latency (p50, p99) at one fixed rate: half of kvrouter's own maximum, the
 median of its rounds' maxima (or `--rate`), so "added latency" compares
 legs at the same load and is kvrouter's at half its maximum, as issue 15
 asks. Every run also records the router's CPU time, in ms a request and
-in cores busy. With
-`--profile`, py-spy records each kvrouter leg's process under closed-loop
-load and the share of samples in each part of the front door is reported.
+in cores busy. With `--profile`, py-spy records each kvrouter leg's
+process under closed-loop load and the share of samples in each part of
+the front door is reported.
 
 Prints one table and writes bench/results/router_overhead.json.
 

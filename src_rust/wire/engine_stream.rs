@@ -427,10 +427,10 @@ pub fn token_ids_json_len(tokens: &[u32]) -> usize {
 /// A long prompt's ids are most of an engine request's body, so each id
 /// costs a few instructions and no branch that its value steers but the
 /// table's bound: the array is written from its end back, and an id under
-/// `TABLED_IDS` (every id of
-/// most vocabularies) as one looked-up eight-byte store of its comma and
-/// digits, right-aligned where its digits end; the bytes before its comma
-/// land where the ids before it are written next. The first id, ids within
+/// `TABLED_IDS` (every id of most vocabularies) as one looked-up
+/// eight-byte store of its comma and digits, right-aligned where its
+/// digits end; the bytes before its comma land where the ids before it are
+/// written next. The first id, ids within
 /// eight bytes of the opening bracket, and larger ones are written digit
 /// by digit.
 pub fn write_token_ids_json(tokens: &[u32], out: &mut [u8]) {
