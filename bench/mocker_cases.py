@@ -109,6 +109,25 @@ CASES = {
             + [request(5000 + 50 * k, 4096, 64, 300 + 10 * k) for k in range(6)],
         ),
     },
+    # A prompt's blocks are all taken when it is admitted, not chunk by
+    # chunk as it is computed: a prompt whose first chunk fits beside a
+    # running request but whose whole prompt does not waits for it to
+    # finish; a long prompt evicts a cached prefix at admission, before its
+    # later chunks need the room; and blocks still being computed are
+    # shared with a request for the same prompt admitted beside it.
+    "prompt_blocks_taken_at_admission": {
+        "whole_prompt_must_fit": (
+            1,
+            1024,
+            [request(0, 32_768, 2000, 0), request(10, 40_960, 2, 1000)],
+        ),
+        "evicts_a_prefix_at_admission": (
+            1,
+            1024,
+            [request(0, 8192, 2, 0), request(1000, 61_440, 2, 100), request(1010, 8192, 2, 0)],
+        ),
+        "shared_while_computed": (1, None, [request(0, 4096, 2, 0), request(0, 4096, 2, 0)]),
+    },
     # Dynamo's router sees a prompt's blocks chunk by chunk, once the
     # iteration that computed each chunk has ended, not while it is
     # computed. A request decodes on one worker; a long prompt then goes to

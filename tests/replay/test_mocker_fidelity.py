@@ -60,6 +60,12 @@ def test_output_blocks_are_allocated_on_demand_and_preempt(name):
     assert ours == pytest.approx(theirs, **TOLERANCE)
 
 
+@pytest.mark.parametrize("name", sorted(CASES["prompt_blocks_taken_at_admission"]))
+def test_a_prompts_blocks_are_taken_whole_at_admission(name):
+    ours, theirs = latencies(CASES["prompt_blocks_taken_at_admission"][name])
+    assert ours == pytest.approx(theirs, **TOLERANCE)
+
+
 @pytest.mark.parametrize("name", sorted(CASES["router_sees_a_chunk_once_computed"]))
 def test_the_router_sees_a_prompts_blocks_chunk_by_chunk_once_computed(name):
     ours, theirs = latencies(CASES["router_sees_a_chunk_once_computed"][name])
