@@ -30,7 +30,7 @@ os.environ.setdefault("DYN_LOG", "warn")
 
 from compare_generated import workload_trace  # noqa: E402
 
-from kvrouter.replay import ReplayConfig, load_mooncake, simulator  # noqa: E402
+from kvrouter.replay import ReplayConfig, load_mooncake, replay_requests  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dynamo_divergence.json"
 
@@ -50,20 +50,11 @@ def dynamo_requests(trace: Path, workers: int, speed: float) -> list[dict]:
 
 
 def our_requests(trace: Path, workers: int, speed: float) -> list:
-    """The replay's requests under the `dynamo` baseline, as it finished them."""
-    kept = []
-    summarize = simulator.summarize
-
-    def keep(policy, requests, *args):
-        kept.extend(requests)
-        return summarize(policy, requests, *args)
-
-    simulator.summarize = keep
-    try:
-        simulator.replay(load_mooncake(trace, speed), "dynamo", ReplayConfig(num_workers=workers))
-    finally:
-        simulator.summarize = summarize
-    return sorted(kept, key=lambda r: (r.arrival, r.input_length))
+    """The replay's requests under the `dynamo` baseline, in arrival order."""
+    requests = replay_requests(
+        load_mooncake(trace, speed), "dynamo", ReplayConfig(num_workers=workers)
+    )
+    return sorted(requests, key=lambda r: (r.arrival, r.input_length))
 
 
 def divergences(theirs: list[dict], ours: list, first: int) -> list[dict]:

@@ -66,6 +66,22 @@ CASES = {
             [request(0, 2000, 2, 0), request(0, 3000, 2, 100), request(0, 6000, 2, 200)],
         ),
     },
+    # An iteration's prompt chunks are priced at their mean length in whole
+    # tokens times their number: 523 + 2,000 tokens as 2,522, twelve prompts
+    # of 34 tokens in all as 24, beside a decode or not.
+    "iteration_priced_by_mean_chunk": {
+        "two_prompts_of_an_odd_sum": (1, None, [request(0, 523, 2, 0), request(0, 2000, 2, 100)]),
+        "twelve_short_prompts": (
+            1,
+            None,
+            [request(0, 3, 2, 10 * k) for k in range(11)] + [request(0, 1, 2, 200)],
+        ),
+        "beside_a_decode": (
+            1,
+            None,
+            [request(0, 1000, 200, 0), request(100, 523, 2, 100), request(100, 2000, 2, 200)],
+        ),
+    },
     # A prompt whose blocks are all cached still computes its last block.
     "prefix_hits": {
         "block_aligned_full_hit": (1, None, [request(0, 8192, 2, 0), request(1000, 8192, 2, 0)]),
@@ -145,7 +161,11 @@ CASES = {
 }
 
 
-def measure(workers: int, blocks: int | None, requests: list[dict], mode: str) -> list[dict]:
+def mocker_requests(
+    workers: int, blocks: int | None, requests: list[dict], mode: str, speed: float = 1.0
+) -> list[dict]:
+    """One run of Dynamo's mocker on `requests` (trace lines); its
+    per-request records in arrival order."""
     from dynamo._core import run_mocker_trace_replay
 
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
@@ -158,11 +178,16 @@ def measure(workers: int, blocks: int | None, requests: list[dict], mode: str) -
             extra_engine_args=engine,
             num_workers=workers,
             router_mode=mode,
+            arrival_speedup_ratio=speed,
             trace_block_size=BLOCK,
             capture_per_request=True,
         )
     finally:
         os.unlink(path)
+    return sorted(result.per_request, key=lambda r: (r["arrival_time_ms"], r["input_length"]))
+
+
+def measure(workers: int, blocks: int | None, requests: list[dict], mode: str) -> list[dict]:
     return sorted(
         (
             {
@@ -172,7 +197,7 @@ def measure(workers: int, blocks: int | None, requests: list[dict], mode: str) -
                 "readmissions": r["readmission_count"],
                 "reused_tokens": r["reused_input_tokens"],
             }
-            for r in result.per_request
+            for r in mocker_requests(workers, blocks, requests, mode)
         ),
         key=lambda r: (r["ttft_ms"], r["e2e_ms"]),
     )

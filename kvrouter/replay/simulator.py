@@ -50,6 +50,19 @@ def replay(trace: list[TraceRequest], policy: str, cfg: ReplayConfig, progress=N
     """Replays the trace under one policy; returns the summary report.
     `progress` is called with the number of requests routed since the last call."""
     wall = time.perf_counter()
+    requests, workers = _simulate(trace, policy, cfg, progress)
+    return summarize(policy, requests, workers, cfg, time.perf_counter() - wall)
+
+
+def replay_requests(trace: list[TraceRequest], policy: str, cfg: ReplayConfig) -> list[SimRequest]:
+    """Replays the trace under one policy; returns its requests, finished,
+    in the trace's order."""
+    return _simulate(trace, policy, cfg, None)[0]
+
+
+def _simulate(
+    trace: list[TraceRequest], policy: str, cfg: ReplayConfig, progress
+) -> tuple[list[SimRequest], list[SimWorker]]:
     workers = _workers(cfg)
     index = PrefixIndex(cfg.block_size, manual_clock=True)
     clock = [0.0]
@@ -149,4 +162,4 @@ def replay(trace: list[TraceRequest], policy: str, cfg: ReplayConfig, progress=N
             routed_since = 0
     if progress is not None and routed_since:
         progress(routed_since)
-    return summarize(policy, requests, workers, cfg, time.perf_counter() - wall)
+    return requests, workers

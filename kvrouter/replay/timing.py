@@ -42,6 +42,19 @@ class TimingModel:
             + self.prefill_ms_per_token2 * tokens * tokens
         )
 
+    def batch_prefill_ms(self, spans: list[tuple[int, int]]) -> float:
+        """An iteration's prefill share for the prompt chunks it carries,
+        each the (start, end) of the prompt positions it computes. Dynamo's
+        mocker prices a batch by its size and its chunks' mean end and mean
+        start, each a whole number of tokens, so the tokens it pays for can
+        miss their sum by up to the batch's size either way: chunks 0–523
+        and 0–2,000 are priced as 2,522 tokens, and 8,192–8,257, 0–4,992
+        and 0–3,135 as 8,193."""
+        count = len(spans)
+        ends = sum(end for _, end in spans) // count
+        starts = sum(start for start, _ in spans) // count
+        return self.prefill_ms(count * (ends - starts))
+
     def decode_ms(self, kv_tokens: int, capacity_tokens: int) -> float:
         """An iteration's decode share, for running requests reading
         `kv_tokens` of context from a cache of `capacity_tokens`."""

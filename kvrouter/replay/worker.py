@@ -210,7 +210,7 @@ class SimWorker:
         if not preempted:
             self._admit(budget, chunks, decoders)
         if chunks:
-            dt = t.prefill_ms(self._prompt_tokens(chunks))
+            dt = t.batch_prefill_ms(self._prompt_spans(chunks))
             if decoders:
                 dt += t.decode_ms(sum(r.kv_tokens for r in decoders), self.capacity_tokens)
             steps = 1
@@ -235,13 +235,14 @@ class SimWorker:
         return now + dt
 
     @staticmethod
-    def _prompt_tokens(chunks: list[tuple[SimRequest, int]]) -> int:
-        """The chunks' prompt tokens: the generated tokens a preempted
-        request recomputes take budget but, as in the mocker, no prefill
-        time."""
-        return sum(
-            min(r.computed + c, r.input_length) - min(r.computed, r.input_length) for r, c in chunks
-        )
+    def _prompt_spans(chunks: list[tuple[SimRequest, int]]) -> list[tuple[int, int]]:
+        """The prompt positions each chunk computes: the generated tokens a
+        preempted request recomputes take budget but, as in the mocker, no
+        prefill time."""
+        return [
+            (min(r.computed, r.input_length), min(r.computed + c, r.input_length))
+            for r, c in chunks
+        ]
 
     def _decode_steps_that_fit(self, decoders: list[SimRequest], steps: int) -> int:
         """How many of `steps` decode iterations (the first one's blocks
@@ -263,7 +264,7 @@ class SimWorker:
             r.remaining -= steps
             r.kv_tokens += steps
         if chunks:
-            new = self._prompt_tokens(chunks)
+            new = sum(end - start for start, end in self._prompt_spans(chunks))
             out.prefill_samples.append((new, sum(r.computed for r, _ in chunks), dt))
         elif decoders:
             read = sum(r.kv_tokens for r in decoders)
