@@ -69,10 +69,15 @@ def dynamo(trace: Path, mode: str, workers: int, speed: float) -> dict:
 
 
 def ours(
-    trace: list[TraceRequest], policy: str, workers: int, settings: PolicyConfig | None = None
+    trace: list[TraceRequest],
+    policy: str,
+    workers: int,
+    settings: PolicyConfig | None = None,
+    seed: int = 0,
 ) -> dict:
-    """Our replay under `policy`, with `settings` in place of the defaults."""
-    config = ReplayConfig(num_workers=workers)
+    """Our replay under `policy`, with `settings` in place of the defaults;
+    `seed` breaks a baseline's ties."""
+    config = ReplayConfig(num_workers=workers, seed=seed)
     if settings is not None:
         config.policy_config = settings
     r = replay(trace, policy, config)
