@@ -71,21 +71,14 @@ def random_case(seed: int) -> dict:
     }
 
 
-def ours(case: dict, mode: str, speed: float) -> list[list[float]]:
+def ours(case: dict, mode: str, speed: float) -> list[tuple[float, float, int]]:
     """(TTFT ms, end-to-end ms, reused tokens) per request, arrival order."""
-    trace = [
-        TraceRequest(
-            r["timestamp"] / speed, r["input_length"], r["output_length"], tuple(r["hash_ids"])
-        )
-        for r in case["trace"]
-    ]
     cfg = ReplayConfig(num_workers=case["workers"])
-    if case["capacity_blocks"]:
-        cfg.capacity_blocks = case["capacity_blocks"]
-    done = sorted(
-        replay_requests(trace, POLICIES[mode], cfg), key=lambda r: (r.arrival, r.input_length)
-    )
-    return [[r.first_token - r.arrival, r.done_at - r.arrival, r.reused] for r in done]
+    cfg.capacity_blocks = case["capacity_blocks"] or cfg.capacity_blocks
+    trace = [TraceRequest.from_record(r, speed) for r in case["trace"]]
+    done = replay_requests(trace, POLICIES[mode], cfg)
+    # The mocker's order: by arrival, then prompt length.
+    return [r.outcome() for r in sorted(done, key=lambda r: (r.arrival, r.input_length))]
 
 
 def theirs(case: dict, mode: str, speed: float) -> list[list[float]]:

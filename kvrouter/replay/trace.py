@@ -16,6 +16,17 @@ class TraceRequest:
     output_length: int
     hash_ids: tuple[int, ...]
 
+    @classmethod
+    def from_record(cls, record: dict, speedup: float = 1.0) -> TraceRequest:
+        """One Mooncake trace line, parsed; `speedup` > 1 compresses its
+        arrival time."""
+        return cls(
+            float(record["timestamp"]) / speedup,
+            int(record["input_length"]),
+            max(int(record["output_length"]), 1),
+            tuple(record["hash_ids"]),
+        )
+
 
 def load_mooncake(path: str | Path, speedup: float = 1.0) -> list[TraceRequest]:
     """Reads a trace; `speedup` > 1 compresses arrival times."""
@@ -27,15 +38,7 @@ def load_mooncake(path: str | Path, speedup: float = 1.0) -> list[TraceRequest]:
             if not line.strip():
                 continue
             try:
-                r = json.loads(line)
-                requests.append(
-                    TraceRequest(
-                        float(r["timestamp"]) / speedup,
-                        int(r["input_length"]),
-                        max(int(r["output_length"]), 1),
-                        tuple(r["hash_ids"]),
-                    )
-                )
+                requests.append(TraceRequest.from_record(json.loads(line), speedup))
             except (KeyError, TypeError, ValueError) as e:
                 raise ValueError(f"{path}:{line_no}: not a Mooncake trace record ({e})") from e
     requests.sort(key=lambda r: r.arrival_ms)

@@ -60,6 +60,11 @@ class SimRequest:
         self.reused = 0
         self.published = 0  # prompt blocks its worker has published as stored
 
+    def outcome(self) -> tuple[float, float, int]:
+        """Once finished: its TTFT and end-to-end latency (ms) and the prompt
+        tokens it reused."""
+        return self.first_token - self.arrival, self.done_at - self.arrival, self.reused
+
     def known_tokens(self) -> int:
         """Prompt plus the tokens generated so far."""
         return self.input_length + self.output_length - self.remaining

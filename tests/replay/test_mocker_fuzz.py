@@ -14,22 +14,18 @@ CASES = json.loads(Path(__file__).with_name("mocker_fuzz_cases.json").read_text(
 POLICIES = {"round_robin": "round_robin", "kv_router": "dynamo"}
 
 
-def ours(case: dict) -> list[tuple[float, float, int]]:
-    speed = case["speed"]
-    trace = [
-        TraceRequest(
-            r["timestamp"] / speed, r["input_length"], r["output_length"], tuple(r["hash_ids"])
-        )
-        for r in case["trace"]
-    ]
-    cfg = ReplayConfig(num_workers=case["workers"])
+def replayed(case: dict) -> list[tuple[float, float, int]]:
+    pool = ReplayConfig(num_workers=case["workers"])
     if case["capacity_blocks"]:
-        cfg.capacity_blocks = case["capacity_blocks"]
-    done = sorted(
-        replay_requests(trace, POLICIES[case["mode"]], cfg),
-        key=lambda r: (r.arrival, r.input_length),
+        pool.capacity_blocks = case["capacity_blocks"]
+    requests = replay_requests(
+        [TraceRequest.from_record(r, case["speed"]) for r in case["trace"]],
+        POLICIES[case["mode"]],
+        pool,
     )
-    return [(r.first_token - r.arrival, r.done_at - r.arrival, r.reused) for r in done]
+    # As the mocker's records are stored: by arrival, then prompt length.
+    requests.sort(key=lambda r: (r.arrival, r.input_length))
+    return [r.outcome() for r in requests]
 
 
 def matches(mine, outcome) -> bool:
@@ -45,5 +41,5 @@ def matches(mine, outcome) -> bool:
     "case", CASES, ids=[f"{c['mode']}-{c['speed']:g}x-seed{c['seed']}" for c in CASES]
 )
 def test_a_random_trace_replays_as_one_of_the_mockers_runs(case):
-    mine = ours(case)
+    mine = replayed(case)
     assert any(matches(mine, outcome) for outcome in case["mocker"]), case["seed"]
