@@ -11,10 +11,11 @@ Why no placement does better, request by request:
   is a prefix of blocks that earlier requests carried. (Blocks count from
   admission, before they are computed; the floor counts them from arrival.)
 - Compute. An iteration carrying a chunk of c of the prompt's tokens costs
-  at least `prefill_ms(c)`; other chunks in the same iteration, decode steps
-  and queueing only add time. No chunk exceeds `max_batched_tokens`, and
-  `min_prefill_ms` is the least the chunks' `prefill_ms` can sum to. It
-  grows with the uncached tokens n.
+  at least `prefill_ms(c)`: the batch's rounding (`batch_prefill_ms`) drops
+  at most a token for each other chunk, which brings at least one; other
+  chunks in the same iteration, decode steps and queueing only add time.
+  No chunk exceeds `max_batched_tokens`, and `min_prefill_ms` is the least
+  the chunks' `prefill_ms` can sum to. It grows with the uncached tokens n.
 
 So the floor is below the simulator's TTFT for every request, hence below
 its mean and every percentile.

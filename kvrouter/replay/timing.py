@@ -3,8 +3,8 @@ prefill, in the manner of vLLM.
 
 Every iteration runs one decode token for each running request, plus up to
 `max_batched_tokens` minus that many prefill tokens, taken first-come
-first-served. An iteration carrying N prefill tokens while D requests decode
-takes
+first-served. An iteration carrying N prefill tokens (counted as the
+mocker counts them: `batch_prefill_ms`) while D requests decode takes
 
     prefill_ms(N)  = prefill_iteration_ms + prefill_ms_per_token * N
                      + prefill_ms_per_token2 * N^2            (if N > 0)
@@ -49,7 +49,14 @@ class TimingModel:
         start, each a whole number of tokens, so the tokens it pays for can
         miss their sum by up to the batch's size either way: chunks 0–523
         and 0–2,000 are priced as 2,522 tokens, and 8,192–8,257, 0–4,992
-        and 0–3,135 as 8,193."""
+        and 0–3,135 as 8,193. A chunk that computes no prompt token (a
+        readmitted request recomputing only what it generated) takes no
+        prefill time and is left out of the batch, so a chunk of c tokens
+        is never priced under c; no measured case tells whether the mocker
+        counts it."""
+        spans = [(start, end) for start, end in spans if end > start]
+        if not spans:
+            return self.prefill_ms(0)
         count = len(spans)
         ends = sum(end for _, end in spans) // count
         starts = sum(start for start, _ in spans) // count
