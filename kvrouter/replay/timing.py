@@ -49,14 +49,8 @@ class TimingModel:
         start, each a whole number of tokens, so the tokens it pays for can
         miss their sum by up to the batch's size either way: chunks 0–523
         and 0–2,000 are priced as 2,522 tokens, and 8,192–8,257, 0–4,992
-        and 0–3,135 as 8,193. A chunk that computes no prompt token (a
-        readmitted request recomputing only what it generated) takes no
-        prefill time and is left out of the batch, so a chunk of c tokens
-        is never priced under c; no measured case tells whether the mocker
-        counts it."""
-        spans = [(start, end) for start, end in spans if end > start]
-        if not spans:
-            return self.prefill_ms(0)
+        and 0–3,135 as 8,193. Every span computes at least one token, so a
+        chunk of c tokens is never priced under c."""
         count = len(spans)
         ends = sum(end for _, end in spans) // count
         starts = sum(start for start, _ in spans) // count

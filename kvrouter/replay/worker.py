@@ -215,9 +215,19 @@ class SimWorker:
         if not preempted:
             self._admit(budget, chunks, decoders)
         if chunks:
-            dt = t.batch_prefill_ms(self._prompt_spans(chunks))
-            if decoders:
-                dt += t.decode_ms(sum(r.kv_tokens for r in decoders), self.capacity_tokens)
+            spans = self._prompt_spans(chunks)
+            prompts = [(start, end) for start, end in spans if end > start]
+            # As in the mocker, a chunk that recomputes only what a preempted
+            # request had generated costs no prefill time: it is priced as a
+            # decode reading its context.
+            kv = sum(r.kv_tokens for r in decoders) + sum(
+                r.computed + c
+                for (r, c), (start, end) in zip(chunks, spans, strict=True)
+                if end == start
+            )
+            dt = t.batch_prefill_ms(prompts) if prompts else 0.0
+            if kv:
+                dt += t.decode_ms(kv, self.capacity_tokens)
             steps = 1
         elif decoders:
             kv = sum(r.kv_tokens for r in decoders)
