@@ -211,7 +211,7 @@ impl NodeArena {
         Some(times[index as usize].load(Ordering::Relaxed))
     }
 
-    fn is_named(&self, index: u32) -> bool {
+    pub fn is_named(&self, index: u32) -> bool {
         has_bit(&self.named, index)
     }
 

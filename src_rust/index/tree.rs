@@ -460,8 +460,20 @@ impl PrefixTree {
     pub(super) fn name_block(&mut self, slot: u32, block: EngineBlockId, index: u32) {
         if self.arena.name(index, block) {
             self.forget_own_name(slot, block);
-        } else {
-            self.workers.state_mut(slot).engine_ids.insert(block, index);
+            return;
+        }
+        self.workers.state_mut(slot).engine_ids.insert(block, index);
+        // `block` is another node's name. If the worker holds that node by
+        // its hash, that hash becomes its own name for it, so that once the
+        // worker's `block` is removed, a second removal of it does not reach
+        // the other node.
+        if let Some(other) = self.arena.find_named(block).filter(|&other| other != index) {
+            let node = self.arena.node(other);
+            let held = self.sets.get(node.owners, slot).is_some();
+            let own = &mut self.workers.state_mut(slot).engine_ids;
+            if held && !own.names(other) {
+                own.insert(EngineBlockId(node.seq.0), other);
+            }
         }
     }
 
@@ -647,6 +659,11 @@ impl PrefixTree {
         });
         if block.0 != seq.0 {
             self.name_block(slot, block, index);
+        } else if self.arena.is_named(index) {
+            // Another engine's name for the node may be one of this worker's
+            // ids for another block; its hash, kept as its own name, keeps a
+            // removal of that id from reaching this node.
+            self.workers.state_mut(slot).engine_ids.insert(block, index);
         }
         match previous {
             None => self.workers.state_mut(slot).blocks += 1,
