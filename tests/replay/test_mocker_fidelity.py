@@ -35,43 +35,29 @@ def latencies(case: dict) -> tuple[list[float], list[float]]:
     return ours, theirs
 
 
-@pytest.mark.parametrize("name", sorted(CASES["same_instant"]))
-def test_requests_of_the_same_instant_share_an_iteration(name):
-    ours, theirs = latencies(CASES["same_instant"][name])
-    assert ours == pytest.approx(theirs, **TOLERANCE)
+# What each group of cases shows the replay doing as the mocker does.
+BEHAVIOURS = {
+    "same_instant": "requests of the same instant share an iteration",
+    "iteration_priced_by_mean_chunk": "an iteration's prompts are priced by their mean length",
+    "prefix_hits": "a fully cached prompt computes its last block",
+    "lru_order": "released output blocks are evicted in their turn",
+    "output_blocks": "output blocks are allocated on demand and preempt",
+    "prompt_blocks_taken_at_admission": "a prompt's blocks are taken whole at admission",
+    "router_sees_a_chunk_once_computed": (
+        "the router sees a prompt's blocks chunk by chunk once computed"
+    ),
+}
 
 
-@pytest.mark.parametrize("name", sorted(CASES["iteration_priced_by_mean_chunk"]))
-def test_an_iterations_prompts_are_priced_by_their_mean_length(name):
-    ours, theirs = latencies(CASES["iteration_priced_by_mean_chunk"][name])
-    assert ours == pytest.approx(theirs, **TOLERANCE)
+def test_every_group_of_cases_states_its_behaviour():
+    assert sorted(BEHAVIOURS) == sorted(CASES)
 
 
-@pytest.mark.parametrize("name", sorted(CASES["prefix_hits"]))
-def test_a_fully_cached_prompt_computes_its_last_block(name):
-    ours, theirs = latencies(CASES["prefix_hits"][name])
-    assert ours == pytest.approx(theirs, **TOLERANCE)
-
-
-@pytest.mark.parametrize("name", sorted(CASES["lru_order"]))
-def test_released_output_blocks_are_evicted_in_their_turn(name):
-    ours, theirs = latencies(CASES["lru_order"][name])
-    assert ours == pytest.approx(theirs, **TOLERANCE)
-
-
-@pytest.mark.parametrize("name", sorted(CASES["output_blocks"]))
-def test_output_blocks_are_allocated_on_demand_and_preempt(name):
-    ours, theirs = latencies(CASES["output_blocks"][name])
-    assert ours == pytest.approx(theirs, **TOLERANCE)
-
-
-@pytest.mark.parametrize("name", sorted(CASES["prompt_blocks_taken_at_admission"]))
-def test_a_prompts_blocks_are_taken_whole_at_admission(name):
-    ours, theirs = latencies(CASES["prompt_blocks_taken_at_admission"][name])
-    assert ours == pytest.approx(theirs, **TOLERANCE)
-
-
-@pytest.mark.parametrize("name", sorted(CASES["router_sees_a_chunk_once_computed"]))
-def test_the_router_sees_a_prompts_blocks_chunk_by_chunk_once_computed(name):
-    ours, theirs = latencies(CASES["router_sees_a_chunk_once_computed"][name])
-    assert ours == pytest.approx(theirs, **TOLERANCE)
+@pytest.mark.parametrize(
+    ("group", "name"),
+    [(group, name) for group in BEHAVIOURS for name in sorted(CASES[group])],
+    ids=lambda value: value,
+)
+def test_the_replay_matches_the_mocker_case_by_case(group, name):
+    ours, theirs = latencies(CASES[group][name])
+    assert ours == pytest.approx(theirs, **TOLERANCE), BEHAVIOURS[group]
