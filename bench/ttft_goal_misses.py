@@ -26,7 +26,7 @@ from compare_dynamo import ttft_mean_goal  # noqa: E402
 
 # The verdict docs/routing.md gives: kvrouter's replay of the current policy
 # scored against the Dynamo run of the seed-1 workloads and the Mooncake trace.
-VERDICT = Path(__file__).resolve().parent / "results" / "rescored_queue_iterations"
+VERDICT = Path(__file__).resolve().parent / "results" / "rescored_batch_pricing"
 DEFAULT = [
     VERDICT / f"{w}.json" for w in ("mix", "busy", "agents", "longdocs", "tenants", "mooncake")
 ]

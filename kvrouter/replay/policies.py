@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvrouter._core import PrefixIndex
+from kvrouter._core import Decision, PrefixIndex
 from kvrouter.policy import POLICIES, PolicyConfig, Router
 from kvrouter.replay.worker import SimRequest, SimWorker
 
@@ -37,9 +37,8 @@ class ReplayPolicy:
         for w in workers:
             self.router.upsert_worker(w.id, w.role, w.cache.capacity)
 
-    def route(self, rid: str, request: SimRequest, now: float) -> tuple[int | None, int]:
-        d = self.router.route(rid, hashes=request.hashes, num_tokens=request.input_length)
-        return d.prefill_worker, d.decode_worker
+    def route(self, rid: str, request: SimRequest) -> Decision:
+        return self.router.route(rid, hashes=request.hashes, num_tokens=request.input_length)
 
     def prefill_done(self, rid: str) -> None:
         self.router.prefill_done(rid)

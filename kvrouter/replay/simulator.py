@@ -6,9 +6,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kvrouter._core import PrefixIndex, Removed, Stored, chain_hashes
+from kvrouter._core import Decision, PrefixIndex, Removed, Stored, chain_hashes
 from kvrouter.policy import PolicyConfig
 from kvrouter.replay.policies import make_policy
 from kvrouter.replay.report import summarize
@@ -33,6 +34,9 @@ class ReplayConfig:
     timing: TimingModel = field(default_factory=TimingModel)
     policy_config: PolicyConfig = field(default_factory=PolicyConfig)
     seed: int = 0
+    # Called with each request and the policy's decision as it is routed,
+    # for tools that study the decisions (the explanation included).
+    on_decision: Callable[[SimRequest, Decision], None] | None = None
 
 
 def _workers(cfg: ReplayConfig) -> list[SimWorker]:
@@ -144,8 +148,11 @@ def _simulate(
         r.hashes = chain_hashes(blocks) if chooser.uses_index else blocks
         i += 1
         index.set_time(now / 1000)
-        prefill, decode = chooser.route(r.id, r, now)
+        decision = chooser.route(r.id, r)
+        prefill, decode = decision.prefill_worker, decision.decode_worker
         r.prefill_worker, r.decode_worker = prefill, decode
+        if cfg.on_decision is not None:
+            cfg.on_decision(r, decision)
         requests.append(r)
         target = workers_by_id[decode if prefill is None else prefill]
         target.enqueue(r)

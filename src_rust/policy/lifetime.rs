@@ -48,7 +48,9 @@ impl Lifetime {
     /// on average halfway through), but no longer than until the next
     /// request arrives (a stay over `in_flight`, by Little's law), since the
     /// router places that one where the KV is lighter and evens the load
-    /// out again. Zero until both averages have samples.
+    /// out again. That is the short end (docs/routing.md, "The decode
+    /// horizon", measures the long one). Zero until both averages have
+    /// samples.
     pub fn shared_steps(&self, in_flight: u64) -> f64 {
         match (self.mean_stay_ms, self.mean_step_ms) {
             (Some(stay), Some(step)) => stay / step / (in_flight as f64).max(2.0),

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvrouter.policy import PolicyConfig
-from kvrouter.replay import ReplayConfig, TimingModel, load_mooncake, replay
+from kvrouter.replay import ReplayConfig, TimingModel, load_mooncake, replay, replay_requests
 from kvrouter.replay.cache import BlockCache
 from kvrouter.replay.floor import (
     any_router_floor,
@@ -66,6 +66,17 @@ def test_replay_is_deterministic(trace):
     b = replay(trace, "kvrouter", small())
     for key in ("prefix_reuse_ratio", "ttft_ms", "itl_ms", "e2e_ms"):
         assert a[key] == b[key]
+
+
+def test_each_decision_is_handed_over_as_it_is_routed(trace):
+    seen = []
+    cfg = small(on_decision=lambda request, decision: seen.append((request, decision)))
+    requests = replay_requests(trace[:100], "kvrouter", cfg)
+    assert [r.id for r, _ in seen] == [r.id for r in requests]
+    for request, decision in seen:
+        assert decision.decode_worker == request.decode_worker
+        chosen = decision.explanation.decode_candidate(request.decode_worker)
+        assert chosen is not None and chosen.cost_ms >= 0
 
 
 @pytest.mark.parametrize("policy", ["random", "least_loaded", "overlap_only", "dynamo"])
