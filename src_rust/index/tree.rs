@@ -458,8 +458,12 @@ impl PrefixTree {
     /// Records that the worker calls node `index` `block`: as the node's
     /// shared name where it can be, else in the worker's own map.
     pub(super) fn name_block(&mut self, slot: u32, block: EngineBlockId, index: u32) {
+        let was_named = self.arena.is_named(index);
         if self.arena.name(index, block) {
             self.forget_own_name(slot, block);
+            if !was_named {
+                self.keep_hashes_as_own_names(index, block, slot);
+            }
             return;
         }
         self.workers.state_mut(slot).engine_ids.insert(block, index);
@@ -473,6 +477,24 @@ impl PrefixTree {
             let own = &mut self.workers.state_mut(slot).engine_ids;
             if held && !own.names(other) {
                 own.insert(EngineBlockId(node.seq.0), other);
+            }
+        }
+    }
+
+    /// Node `index` has just been given the shared name `block` by worker
+    /// `namer`. Another worker holding it by its hash, for which `block` is
+    /// its own id for another node, keeps the hash as its own name for this
+    /// one: once that worker's `block` is removed, a second removal of it
+    /// must not reach this node by the shared name.
+    fn keep_hashes_as_own_names(&mut self, index: u32, block: EngineBlockId, namer: u32) {
+        let node = self.arena.node(index);
+        for holding in self.sets.holdings(node.owners) {
+            if holding.slot() == namer {
+                continue;
+            }
+            let own = &mut self.workers.state_mut(holding.slot()).engine_ids;
+            if own.get(block).is_some() && !own.names(index) {
+                own.insert(EngineBlockId(node.seq.0), index);
             }
         }
     }
