@@ -43,31 +43,3 @@ pub fn advise_huge_pages<T>(buffer: &Vec<T>) {
     #[cfg(not(target_os = "linux"))]
     let _ = len;
 }
-
-/// Withdraws the advice from every page `buffer` touches, before it grows
-/// in place: the range it grows into must be first touched in small pages
-/// (see above), and an allocation of its own mapping, whose pages all carry
-/// the same flags again, is one mapping that `mremap` can move and extend
-/// rather than the allocator copying it.
-pub fn withdraw_huge_pages<T>(buffer: &Vec<T>) {
-    let len = buffer.capacity() * std::mem::size_of::<T>();
-    #[cfg(target_os = "linux")]
-    if len >= ADVISED_FROM_BYTES {
-        // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let start = buffer.as_ptr() as usize & !(page - 1);
-        let end = (buffer.as_ptr() as usize + len).next_multiple_of(page);
-        // SAFETY: the pages are mapped (they hold the buffer); the advice
-        // is a hint, and pages the buffer shares with its neighbours only
-        // lose a huge-page hint they could not have used whole.
-        unsafe {
-            libc::madvise(
-                start as *mut libc::c_void,
-                end - start,
-                libc::MADV_NOHUGEPAGE,
-            )
-        };
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = len;
-}

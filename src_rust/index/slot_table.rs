@@ -6,14 +6,11 @@
 //! a lookup stops at the first larger tag, and growing the table is one
 //! sequential pass that never reads the keys.
 
-use super::huge_pages::{advise_huge_pages, withdraw_huge_pages};
+use super::huge_pages::advise_huge_pages;
 
 const EMPTY: u32 = u32::MAX;
 /// Entries past the last home, so that no run wraps around.
 const TAIL: usize = 64;
-/// Entries laid out together, from the last back, by
-/// [`SlotTable::double_in_place`].
-const SPAN: usize = 1024;
 
 #[derive(Copy, Clone)]
 struct Entry {
@@ -252,90 +249,8 @@ impl SlotTable {
     }
 
     fn resize(&mut self, bits: u32) {
-        if bits == self.bits + 1 && self.len > 0 && self.double_in_place() {
-            return;
-        }
         let old = std::mem::take(&mut self.entries);
         self.rebuild(bits, old.into_iter().filter(|e| e.slot != EMPTY));
-    }
-
-    /// Doubles the homes inside the table's own allocation, grown (by
-    /// `mremap`, without a copy, where the allocator maps it on its own),
-    /// rather than filling a new table and freeing the old: a doubling at
-    /// millions of entries stalls the apply call that makes it, and most of
-    /// that was first touches of the new table's pages
-    /// (src_rust/index/README.md). False, with the table unchanged, when the
-    /// doubled table's tail would overflow.
-    ///
-    /// Each entry goes to its new home or just after the one before, as in
-    /// [`SlotTable::rebuild`], and that is never before its old place: a
-    /// new home is twice the old one or one more, and an entry displaced
-    /// from its home follows the one before it in both tables. So, laid out
-    /// from the last entry back, each is written where no unread entry
-    /// lies. The first pass notes where every `SPAN`-th entry is and goes;
-    /// the second lays out one span at a time, from the last.
-    fn double_in_place(&mut self) -> bool {
-        let bits = self.bits + 1;
-        let home = |tag: u32| (u64::from(tag) >> (32 - bits)) as usize;
-        let (old_len, new_len) = (self.entries.len(), (1usize << bits) + TAIL);
-        let mut spans: Vec<(usize, usize)> = Vec::with_capacity(self.len / SPAN + 1);
-        let mut next = 0usize;
-        let occupied = self
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.slot != EMPTY);
-        for (count, (at, entry)) in occupied.enumerate() {
-            let place = next.max(home(entry.tag));
-            if count % SPAN == 0 {
-                spans.push((at, place));
-            }
-            next = place + 1;
-        }
-        if next >= new_len {
-            return false;
-        }
-        withdraw_huge_pages(&self.entries);
-        self.entries.reserve_exact(new_len - old_len);
-        let base = self.entries.as_mut_ptr();
-        let mut placed: Vec<(Entry, usize)> = Vec::with_capacity(SPAN);
-        // Every position from `written` on holds its final entry.
-        let mut written = new_len;
-        for (i, &(start, first_place)) in spans.iter().enumerate().rev() {
-            let end = spans.get(i + 1).map_or(old_len, |&(at, _)| at);
-            placed.clear();
-            let mut next = first_place;
-            for at in start..end {
-                // SAFETY: `at` < `end` ≤ `written` and < `old_len`: the old
-                // table's entry there is initialized and not yet overwritten.
-                let entry = unsafe { base.add(at).read() };
-                if entry.slot != EMPTY {
-                    let place = next.max(home(entry.tag));
-                    placed.push((entry, place));
-                    next = place + 1;
-                }
-            }
-            for &(entry, place) in placed.iter().rev() {
-                // SAFETY: every position below `new_len` lies in the
-                // reserved capacity; those written hold no unread entry.
-                unsafe {
-                    for at in place + 1..written {
-                        base.add(at).write(FREE);
-                    }
-                    base.add(place).write(entry);
-                }
-                written = place;
-            }
-        }
-        for at in 0..written {
-            // SAFETY: as above.
-            unsafe { base.add(at).write(FREE) };
-        }
-        // SAFETY: every position below `new_len` has been written.
-        unsafe { self.entries.set_len(new_len) };
-        self.bits = bits;
-        advise_huge_pages(&self.entries);
-        true
     }
 
     /// Lays `entries`, in tag order, into a table of 2^bits homes: each goes
