@@ -226,15 +226,22 @@ class Leg:
             elif self.name == CEILING_LEG:
                 script = HERE / "asyncio_proxy_ceiling.py"
                 command = [sys.executable, str(script), "--port", str(port)]
-                self.process = start([*command, "--backend", self.backend_url], log)
+                command += ["--backend", self.backend_url]
+                self.process = start(self._niced(command), log)
                 wait_http(self.url + "/health", 60, self.process)
             else:
-                self.process = start(self._rust_router(port), log)
+                self.process = start(self._niced(self._rust_router(port)), log)
                 wait_http(self.url + "/health", 60, self.process)
         except BaseException:
             self.__exit__()
             raise
         return self
+
+    def _niced(self, command: list[str]) -> list[str]:
+        """The router's command at `--router-nice`, the same for every leg."""
+        if self.args.router_nice == 0:
+            return command
+        return ["nice", "-n", str(self.args.router_nice), *command]
 
     def _rust_router(self, port: int) -> list[str]:
         venv = self.args.router_venv
@@ -294,7 +301,7 @@ class Leg:
             env = os.environ | {"PYTHONPATH": str(self.args.before)}
             cwd = self.args.before
             check_imports_from(self.args.before, env)
-        self.process = start(command, log, env, cwd)
+        self.process = start(self._niced(command), log, env, cwd)
         wait_http(self.url + "/health", 60, self.process)
         self.worker = OpenAiWorker(f"127.0.0.1:{grpc_port}", self.backend_url)
         wait_http(self.url + "/ready", 30, self.process)
@@ -571,6 +578,7 @@ def run(args) -> dict:
         "rounds": args.rounds,
         "seconds_per_latency_run": args.latency_seconds,
         "backend_processes": args.backend_processes,
+        "router_nice": args.router_nice,
         "cpus": os.cpu_count(),
         "load_before": args.load_before,
         "load_after": os.getloadavg(),
@@ -700,6 +708,11 @@ def main() -> None:
         "--rate", type=float, help="latency runs' rate (default: half kvrouter's max)"
     )
     parser.add_argument("--backend-processes", type=int, default=2)
+    # Below 0, every router outranks the load generator and the backend on
+    # the shared cores, as a router on cores of its own would.
+    parser.add_argument(
+        "--router-nice", type=int, default=0, help="niceness of every router leg's process"
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     args.load_before = os.getloadavg()
