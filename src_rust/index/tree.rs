@@ -474,9 +474,9 @@ impl PrefixTree {
         if let Some(other) = self.arena.find_named(block).filter(|&other| other != index) {
             let node = self.arena.node(other);
             let held = self.sets.get(node.owners, slot).is_some();
-            let own = &mut self.workers.state_mut(slot).engine_ids;
-            if held && !own.names(other) {
-                own.insert(EngineBlockId(node.seq.0), other);
+            if held {
+                let own = &mut self.workers.state_mut(slot).engine_ids;
+                own.keep_hash_as_name(node.seq, other);
             }
         }
     }
@@ -493,8 +493,8 @@ impl PrefixTree {
                 continue;
             }
             let own = &mut self.workers.state_mut(holding.slot()).engine_ids;
-            if own.get(block).is_some() && !own.names(index) {
-                own.insert(EngineBlockId(node.seq.0), index);
+            if own.get(block).is_some() {
+                own.keep_hash_as_name(node.seq, index);
             }
         }
     }

@@ -4,7 +4,7 @@
 use super::arena::Renumbering;
 use super::events::IndexError;
 use super::holding::MAX_SLOTS;
-use crate::ids::{EngineBlockId, WorkerId};
+use crate::ids::{EngineBlockId, SeqHash, WorkerId};
 use rustc_hash::FxHashMap;
 use std::hash::{Hash, Hasher};
 
@@ -63,6 +63,14 @@ impl OwnNames {
             self.uncount(old);
         }
         *self.per_node.entry(index).or_default() += 1;
+    }
+
+    /// Makes `seq`, the node's hash, the worker's own name for node
+    /// `index`, unless an id of its own names it already.
+    pub fn keep_hash_as_name(&mut self, seq: SeqHash, index: u32) {
+        if !self.names(index) {
+            self.insert(EngineBlockId(seq.0), index);
+        }
     }
 
     pub fn remove(&mut self, block: EngineBlockId) {
