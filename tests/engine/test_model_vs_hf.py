@@ -1,5 +1,8 @@
 """The engine's model computes what HF transformers computes for the same
-checkpoint: logits within 1e-4 in fp32, and the same greedy continuation."""
+checkpoint: logits within 1e-4 in fp32, and the same greedy continuation.
+
+The engine runs on CUDA where there is a GPU (its attention then defaults to
+the Triton kernels) and on the CPU elsewhere; HF's model runs on the CPU."""
 
 import pytest
 import torch
@@ -44,19 +47,28 @@ def hf_model(path):
     return model.eval()
 
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def engine_for(path, **overrides) -> LLMEngine:
+    return LLMEngine(
+        EngineConfig(model=path, block_size=4, num_kv_blocks=32, device=DEVICE, **overrides)
+    )
+
+
 PROMPT = [3, 17, 250, 9, 41, 41, 8, 120, 77, 5, 64, 199, 2, 31, 90, 11, 16, 4, 222, 100]
 
 
 def test_prompt_logits_match_hf(checkpoint):
-    engine = LLMEngine(EngineConfig(model=checkpoint, block_size=4, num_kv_blocks=32))
+    engine = engine_for(checkpoint)
     with torch.no_grad():
         expected = hf_model(checkpoint)(torch.tensor([PROMPT])).logits[0]
-    actual = engine.prompt_logits(PROMPT)
+    actual = engine.prompt_logits(PROMPT).cpu()
     assert (actual - expected).abs().max().item() <= 1e-4
 
 
 def test_greedy_continuation_matches_hf(checkpoint):
-    engine = LLMEngine(EngineConfig(model=checkpoint, block_size=4, num_kv_blocks=32))
+    engine = engine_for(checkpoint)
     [completion] = engine.generate([PROMPT], SamplingParams(max_tokens=12, ignore_eos=True))
     with torch.no_grad():
         generated = hf_model(checkpoint).generate(
@@ -72,9 +84,7 @@ def test_greedy_continuation_matches_hf(checkpoint):
 def test_triton_backend_logits_match_hf(tmp_path):
     pytest.importorskip("triton")
     path = write_tiny_checkpoint(tmp_path, "qwen2", seed=3)
-    engine = LLMEngine(
-        EngineConfig(model=path, block_size=4, num_kv_blocks=32, attention_backend="triton")
-    )
+    engine = engine_for(path, attention_backend="triton")
     with torch.no_grad():
         expected = hf_model(path)(torch.tensor([PROMPT])).logits[0]
-    assert (engine.prompt_logits(PROMPT) - expected).abs().max().item() <= 1e-4
+    assert (engine.prompt_logits(PROMPT).cpu() - expected).abs().max().item() <= 1e-4

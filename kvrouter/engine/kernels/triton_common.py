@@ -21,3 +21,9 @@ def upcast_dots(dtype: torch.dtype) -> bool:
 def pad_pow2(n: int, minimum: int = 16) -> int:
     """tl.arange needs powers of two and tl.dot needs dimensions of at least 16."""
     return max(minimum, 1 << (n - 1).bit_length())
+
+
+def launch_options(num_warps: int | None, num_stages: int | None) -> dict[str, int]:
+    """A kernel launch's overrides of Triton's default warps and pipeline stages."""
+    options = {"num_warps": num_warps, "num_stages": num_stages}
+    return {name: value for name, value in options.items() if value is not None}

@@ -19,8 +19,16 @@ import torch
 import triton
 import triton.language as tl
 
-from kvrouter.engine.kernels.triton_common import interpreting, pad_pow2, upcast_dots
+from kvrouter.engine.kernels.triton_common import (
+    interpreting,
+    launch_options,
+    pad_pow2,
+    upcast_dots,
+)
 from kvrouter.engine.kernels.triton_tiles import LOG2_E, attend_tile, load_kv_tile
+
+# Keys per tile on a GPU; the interpreter uses 16 to keep its grids small.
+DEFAULT_BLOCK_N = 64
 
 
 @triton.jit
@@ -141,12 +149,19 @@ def _decode_merge_kernel(
 
 
 def choose_num_splits(
-    device: torch.device, batch: int, num_kv_heads: int, max_context_len: int, block_n: int
+    device: torch.device,
+    batch: int,
+    num_kv_heads: int,
+    max_context_len: int,
+    block_n: int,
+    programs_per_sm: int = 4,
 ) -> int:
-    """Enough programs to fill the device, without splits shorter than a few tiles."""
+    """Enough programs to fill the device (`programs_per_sm` per multiprocessor),
+    without splits shorter than a few tiles."""
     if interpreting() or device.type != "cuda":
         return 1
-    target_programs = 4 * torch.cuda.get_device_properties(device).multi_processor_count
+    sm_count = torch.cuda.get_device_properties(device).multi_processor_count
+    target_programs = programs_per_sm * sm_count
     wanted = math.ceil(target_programs / max(1, batch * num_kv_heads))
     longest_useful = math.ceil(max_context_len / (4 * block_n))
     return max(1, min(wanted, longest_useful, 64))
@@ -162,8 +177,11 @@ def paged_decode_attention_triton(
     max_context_len: int,
     num_splits: int | None = None,
     block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> torch.Tensor:
-    """Same contract as `paged_decode_attention_reference`."""
+    """Same contract as `paged_decode_attention_reference`. The optional
+    arguments override the launch configuration (kernel_benchmark sweeps them)."""
     batch, num_heads, head_dim = query.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
     group = num_heads // num_kv_heads
@@ -172,7 +190,7 @@ def paged_decode_attention_triton(
     out = torch.empty(batch, num_heads, head_dim, dtype=query.dtype, device=query.device)
     if batch == 0:
         return out
-    block_n = block_n or (16 if interpreting() else 64)
+    block_n = block_n or (16 if interpreting() else DEFAULT_BLOCK_N)
     if num_splits is None:
         num_splits = choose_num_splits(query.device, batch, num_kv_heads, max_context_len, block_n)
     tokens_per_split = math.ceil(max(1, max_context_len) / num_splits / block_n) * block_n
@@ -205,6 +223,7 @@ def paged_decode_attention_triton(
         PAGE_SIZE=page_size,
         BLOCK_N=block_n,
         UPCAST=upcast_dots(k_cache.dtype),
+        **launch_options(num_warps, num_stages),
     )
     _decode_merge_kernel[(batch, num_heads)](
         partial_out,

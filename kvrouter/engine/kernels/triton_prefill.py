@@ -13,7 +13,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kvrouter.engine.kernels.triton_common import interpreting, pad_pow2, upcast_dots
+from kvrouter.engine.kernels.triton_common import (
+    interpreting,
+    launch_options,
+    pad_pow2,
+    upcast_dots,
+)
 from kvrouter.engine.kernels.triton_tiles import LOG2_E, attend_tile, load_kv_tile
 
 
@@ -117,8 +122,11 @@ def paged_prefill_attention_triton(
     max_query_len: int,
     block_m: int | None = None,
     block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> torch.Tensor:
-    """Same contract as `paged_prefill_attention_reference`."""
+    """Same contract as `paged_prefill_attention_reference`. The optional
+    arguments override the launch configuration (kernel_benchmark sweeps them)."""
     num_tokens, num_heads, head_dim = query.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
     if query.stride(2) != 1:
@@ -152,5 +160,6 @@ def paged_prefill_attention_triton(
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         UPCAST=upcast_dots(k_cache.dtype),
+        **launch_options(num_warps, num_stages),
     )
     return out

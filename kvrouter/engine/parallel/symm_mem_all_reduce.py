@@ -38,6 +38,17 @@ def _one_shot_all_reduce_kernel(
     tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+def one_shot_all_reduce(buffer_ptrs: int, out: torch.Tensor, world_size: int) -> torch.Tensor:
+    """Writes into `out` the elementwise sum, accumulated in fp32, of the
+    `world_size` buffers whose device addresses are the uint64s at device
+    address `buffer_ptrs`; each buffer holds `out.numel()` elements of
+    `out.dtype`. Returns `out`."""
+    numel = out.numel()
+    grid = (triton.cdiv(numel, _BLOCK),)
+    _one_shot_all_reduce_kernel[grid](buffer_ptrs, out, numel, WORLD_SIZE=world_size, BLOCK=_BLOCK)
+    return out
+
+
 class SymmMemAllReduce:
     def __init__(self, group: dist.ProcessGroup, device: torch.device, max_bytes: int) -> None:
         import torch.distributed._symmetric_memory as symm_mem
@@ -67,10 +78,6 @@ class SymmMemAllReduce:
         staging = self.buffer[: numel * x.element_size()].view(x.dtype)
         staging.copy_(x.view(-1))
         self.handle.barrier(channel=0)
-        out = torch.empty_like(x)
-        grid = (triton.cdiv(numel, _BLOCK),)
-        _one_shot_all_reduce_kernel[grid](
-            self.handle.buffer_ptrs_dev, out, numel, WORLD_SIZE=self.world_size, BLOCK=_BLOCK
-        )
+        out = one_shot_all_reduce(self.handle.buffer_ptrs_dev, torch.empty_like(x), self.world_size)
         self.handle.barrier(channel=0)
         return out

@@ -1,0 +1,56 @@
+"""The all-reduce paths that one GPU can exercise (CUDA only; skipped elsewhere).
+
+- The one-shot kernel sums every peer's buffer: here the "peers" are
+  buffers on the same GPU, addressed through a device table of pointers as
+  symmetric memory's `buffer_ptrs_dev` addresses them.
+- `AllReduce` over a one-rank NCCL group: its symmetric-memory path (when
+  torch can rendezvous one rank) and NCCL both return the input.
+
+What needs two GPUs, NVLink reads of a peer's memory and TP=2 against TP=1
+on CUDA, stays for a machine that has them (bench/gpu_check.sh runs
+kernel_benchmark under torchrun there).
+"""
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize("world_size", [2, 4, 8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("numel", [1, 1000, 3 * 1024 + 5])
+def test_one_shot_kernel_sums_every_peer(world_size, dtype, numel):
+    from kvrouter.engine.parallel.symm_mem_all_reduce import one_shot_all_reduce
+
+    generator = torch.Generator(device="cuda").manual_seed(world_size * numel)
+    peers = [
+        torch.randn(numel, device="cuda", generator=generator).to(dtype) for _ in range(world_size)
+    ]
+    table = torch.tensor([peer.data_ptr() for peer in peers], dtype=torch.int64, device="cuda")
+    out = torch.full((numel,), float("nan"), dtype=dtype, device="cuda")
+
+    one_shot_all_reduce(table.data_ptr(), out, world_size)
+    torch.cuda.synchronize()
+
+    expected = torch.stack([peer.float() for peer in peers]).sum(0).to(dtype)
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
+
+
+def test_all_reduce_over_one_rank_returns_the_input(tmp_path):
+    import torch.distributed as dist
+
+    from kvrouter.engine.parallel.all_reduce import AllReduce
+
+    dist.init_process_group(
+        "nccl", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1
+    )
+    try:
+        all_reduce = AllReduce(dist.group.WORLD, torch.device("cuda"))
+        small = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+        large = torch.randn(1 << 20, device="cuda", dtype=torch.bfloat16)
+        assert torch.equal(all_reduce(small.clone()), small)
+        assert torch.equal(all_reduce(large.clone()), large)
+        print(f"symmetric memory on one rank: {all_reduce.symm_mem is not None}")
+    finally:
+        dist.destroy_process_group()
