@@ -11,20 +11,22 @@
 #   2. alone on the GPU: kernel_benchmark (kernels.json, bench.log);
 #   3. with 2+ GPUs: the all-reduce benchmark under torchrun (allreduce.json).
 # Where kvrouter's dependencies are missing, wheels in .whl/ (see
-# docs/benchmarks.md, "The engine on a GPU") are installed to /tmp/site first.
+# docs/benchmarks.md, "The engine on a GPU") are installed first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 results="${1:-bench/results/gpu}"
 mkdir -p "$results"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH="$PYTHONPATH:/tmp/site"
+    # Into the interpreter's own environment: beside it on PYTHONPATH, an older
+    # protobuf there can still win the `google` package.
+    python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade .whl/*.whl || exit 1
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
-python3 -c "import torch, triton, kvrouter._core; assert torch.cuda.is_available(), 'no CUDA device'; \
-print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" || exit 1
+python3 -c "import torch, triton, grpc, google.protobuf, kvrouter._core, kvrouter.proto_gen.router_pb2
+assert torch.cuda.is_available(), 'no CUDA device'
+print('torch', torch.__version__, 'triton', triton.__version__, 'grpc', grpc.__version__,
+      'protobuf', google.protobuf.__version__, torch.cuda.get_device_name())" || exit 1
 
 failed=0
 step() {  # step NAME SECONDS COMMAND...: runs COMMAND, logged to RESULTS/NAME.log

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from kvrouter.client.generate import GenerateClient
-from kvrouter.demo.cluster import LocalCluster
+from kvrouter.demo.cluster import ClusterError, LocalCluster
 from kvrouter.engine import EngineConfig, LLMEngine
 from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint
 
@@ -106,7 +106,12 @@ def main() -> int:
     for device in (reference_device, checked_device):
         log_dir = work / f"{len(runs)}-{device}"
         log_dir.mkdir()
-        runs.append(run_on(device, model, prompts, log_dir))
+        try:
+            runs.append(run_on(device, model, prompts, log_dir))
+        except ClusterError:
+            for log in sorted(log_dir.glob("*.log")):
+                print(f"--- {log.name}", *log.read_text().splitlines()[-20:], sep="\n")
+            raise
 
     reference = LLMEngine(EngineConfig(model=model, block_size=16, num_kv_blocks=64))
     differences = []

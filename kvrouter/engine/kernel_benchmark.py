@@ -90,8 +90,8 @@ class DecodeCase:
 
     def run(self, launch: dict):
         from kvrouter.engine.kernels.triton_decode import (
-            DEFAULT_BLOCK_N,
             choose_num_splits,
+            default_launch,
             paged_decode_attention_triton,
         )
 
@@ -103,7 +103,7 @@ class DecodeCase:
                 self.batch,
                 NUM_KV_HEADS,
                 self.context_len,
-                launch.get("block_n", DEFAULT_BLOCK_N),
+                launch.get("block_n") or default_launch(self.batch).block_n,
                 programs_per_sm,
             )
         return paged_decode_attention_triton(

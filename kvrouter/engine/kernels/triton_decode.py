@@ -14,6 +14,7 @@ partial log-sum-exps are base 2 as well.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -27,8 +28,30 @@ from kvrouter.engine.kernels.triton_common import (
 )
 from kvrouter.engine.kernels.triton_tiles import LOG2_E, attend_tile, load_kv_tile
 
-# Keys per tile on a GPU; the interpreter uses 16 to keep its grids small.
-DEFAULT_BLOCK_N = 64
+
+@dataclass(frozen=True)
+class DecodeLaunch:
+    block_n: int
+    num_warps: int | None = None
+    num_stages: int | None = None
+
+
+# Measured by kernel_benchmark's sweep on an H200 (docs/benchmarks.md, "The
+# engine on a GPU"): from 8 sequences up, 32-key tiles on 2 warps with 2
+# stages read KV fastest (97% of the copy bandwidth or more at batch >= 32
+# and context >= 8k, against 88% and more with 64-key tiles on Triton's
+# default warps); one sequence reads faster with 64-key tiles. The
+# interpreter takes 16-key tiles to keep its grids small.
+BATCHED_MIN_SEQS = 8
+BATCHED_LAUNCH = DecodeLaunch(block_n=32, num_warps=2, num_stages=2)
+SINGLE_LAUNCH = DecodeLaunch(block_n=64)
+INTERPRETER_LAUNCH = DecodeLaunch(block_n=16)
+
+
+def default_launch(batch: int) -> DecodeLaunch:
+    if interpreting():
+        return INTERPRETER_LAUNCH
+    return BATCHED_LAUNCH if batch >= BATCHED_MIN_SEQS else SINGLE_LAUNCH
 
 
 @triton.jit
@@ -181,7 +204,7 @@ def paged_decode_attention_triton(
     num_stages: int | None = None,
 ) -> torch.Tensor:
     """Same contract as `paged_decode_attention_reference`. The optional
-    arguments override the launch configuration (kernel_benchmark sweeps them)."""
+    arguments override `default_launch` (kernel_benchmark sweeps them)."""
     batch, num_heads, head_dim = query.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
     group = num_heads // num_kv_heads
@@ -190,7 +213,10 @@ def paged_decode_attention_triton(
     out = torch.empty(batch, num_heads, head_dim, dtype=query.dtype, device=query.device)
     if batch == 0:
         return out
-    block_n = block_n or (16 if interpreting() else DEFAULT_BLOCK_N)
+    default = default_launch(batch)
+    block_n = block_n or default.block_n
+    num_warps = num_warps or default.num_warps
+    num_stages = num_stages or default.num_stages
     if num_splits is None:
         num_splits = choose_num_splits(query.device, batch, num_kv_heads, max_context_len, block_n)
     tokens_per_split = math.ceil(max(1, max_context_len) / num_splits / block_n) * block_n
