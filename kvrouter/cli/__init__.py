@@ -41,13 +41,19 @@ def _subcommands() -> dict[str, object]:
     }
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("kvrouter")
+    except importlib.metadata.PackageNotFoundError:
+        # Run from a checkout on PYTHONPATH: every command still works.
+        return "(a source checkout, not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="kvrouter", description="KV-cache-aware router for disaggregated LLM inference"
     )
-    parser.add_argument(
-        "--version", action="version", version=f"kvrouter {importlib.metadata.version('kvrouter')}"
-    )
+    parser.add_argument("--version", action="version", version=f"kvrouter {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in sorted(_subcommands().items()):
         sub = commands.add_parser(name, help=module.HELP, description=module.HELP)

@@ -72,3 +72,19 @@ def test_a_snapshot_of_another_block_size_is_one_line(tmp_path):
 def test_version():
     result = kvrouter("--version")
     assert result.returncode == 0 and result.stdout.startswith("kvrouter ")
+
+
+def test_commands_run_from_a_checkout_that_is_not_installed(monkeypatch, capsys):
+    """A checkout on PYTHONPATH has no package metadata; the CLI still starts."""
+    import importlib.metadata
+
+    from kvrouter.cli import main
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("kvrouter (a source checkout")
