@@ -33,9 +33,9 @@ DEVICE = "cuda"
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE = 32, 8, 128, 16
 DECODE_BATCHES = (1, 8, 32, 64, 256)
 DECODE_CONTEXTS = (1024, 8192, 32768, 131072)
-# Shapes past this many cached tokens are left out: 4M tokens are 16 GiB of
+# Shapes past this many cached tokens are left out: 8M tokens are 32 GiB of
 # bf16 K and V, held twice (paged, and contiguous for SDPA).
-MAX_DECODE_TOKENS = 1 << 22
+MAX_DECODE_TOKENS = 1 << 23
 # The target: paged decode reads KV at >= 70% of the copy bandwidth here.
 TARGET_FRACTION, TARGET_MIN_BATCH, TARGET_MIN_CONTEXT = 0.7, 32, 8192
 DECODE_TUNE_SHAPES = ((32, 8192), (64, 32768), (256, 8192))
