@@ -36,12 +36,12 @@ class DecodeLaunch:
     num_stages: int | None = None
 
 
-# Measured by kernel_benchmark's sweep on an H200 (docs/benchmarks.md, "The
-# engine on a GPU"): from 8 sequences up, 32-key tiles on 2 warps with 2
-# stages read KV fastest (97% of the copy bandwidth or more at batch >= 32
-# and context >= 8k, against 88% and more with 64-key tiles on Triton's
-# default warps); one sequence reads faster with 64-key tiles. The
-# interpreter takes 16-key tiles to keep its grids small.
+# From kernel_benchmark's sweep on an H200 (docs/benchmarks.md, "The engine
+# on a GPU"): from 8 sequences up, 32-key tiles on 2 warps with 2 stages read
+# KV at 90-97% of the copy bandwidth at batch 8 from 32k, where 64-key tiles
+# on Triton's default warps reached 71-74%, and at 95% or more at batch >= 32
+# from 8k; one sequence reads faster with 64-key tiles. The interpreter takes
+# 16-key tiles to keep its grids small.
 BATCHED_MIN_SEQS = 8
 BATCHED_LAUNCH = DecodeLaunch(block_n=32, num_warps=2, num_stages=2)
 SINGLE_LAUNCH = DecodeLaunch(block_n=64)
