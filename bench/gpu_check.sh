@@ -22,6 +22,9 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     # protobuf there can still win the `google` package.
     python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade .whl/*.whl || exit 1
 fi
+# The engine imports the Rust core; build it here if this checkout lacks it.
+python3 -c "import kvrouter._core" 2>/dev/null || python3 -m pip install -q -e ".[test]" ||
+    { echo "gpu_check: kvrouter's core is not built and could not be" >&2; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
 python3 -c "import torch, triton, grpc, google.protobuf, kvrouter._core, kvrouter.proto_gen.router_pb2
 assert torch.cuda.is_available(), 'no CUDA device'
@@ -54,7 +57,7 @@ tail -n 25 "$results/pytest.log"
 
 step bench 300 python3 -m kvrouter.engine.kernel_benchmark --out "$results/kernels.json" || failed=1
 
-if [ "$(nvidia-smi -L | wc -l)" -gt 1 ]; then
+if [ "$(python3 -c 'import torch; print(torch.cuda.device_count())')" -gt 1 ]; then
     step allreduce 120 torchrun --nproc-per-node=2 -m kvrouter.engine.kernel_benchmark \
         --out "$results/allreduce.json" || failed=1
 else

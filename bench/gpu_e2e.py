@@ -5,9 +5,10 @@ Each device gets a fresh deployment on 127.0.0.1: a router and one prefill
 and one decode worker (one process each, so every split request hands its
 KV off between them), serving a tiny random-weight Llama in fp32. The
 requests share a few long prefixes, so prefix-cache hits and hand-offs both
-occur. Where tokens differ, the first difference is reported with the CPU
-engine's top-two logit margin at that step, which tells a near tie from a
-defect.
+occur. Where tokens differ, the first difference is reported with the
+reference device's top-two logit margin at that step, which tells a near tie
+from a defect. The deployments' logs stay in the temporary directory printed
+as "logs".
 
     python bench/gpu_e2e.py [--requests 100] [--out bench/results/gpu_e2e.json]
         [--devices cpu,cuda]
@@ -35,6 +36,7 @@ from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint
 
 ROLES = ["prefill", "decode"]
 MAX_TOKENS = 16
+VOCAB_SIZE = 256
 CONCURRENCY = 16
 
 
@@ -76,8 +78,11 @@ def run_on(device: str, model: Path, prompts: list[list[int]], log_dir: Path) ->
     return {"device": device, "ready_s": ready_s, "serve_s": serve_s, "results": results}
 
 
-def first_difference(cpu: list[int], cuda: list[int]) -> int:
-    return next(i for i, (a, b) in enumerate(zip(cpu, cuda, strict=True)) if a != b)
+def first_difference(expected: list[int], actual: list[int]) -> int:
+    """The first step where the two differ (the shorter's length if one is
+    the other's prefix)."""
+    steps = zip(expected, actual, strict=False)
+    return next((i for i, (a, b) in enumerate(steps) if a != b), min(len(expected), len(actual)))
 
 
 def top_two_margin(engine: LLMEngine, tokens: list[int]) -> float:
@@ -95,13 +100,18 @@ def main() -> int:
         "--devices", default="cpu,cuda", help="the reference's device, then the one checked"
     )
     args = parser.parse_args()
-    reference_device, checked_device = args.devices.split(",")
+    devices = args.devices.split(",")
+    if len(devices) != 2:
+        parser.error(
+            f"--devices takes two devices, the reference's and the checked one's: {args.devices!r}"
+        )
+    reference_device, checked_device = devices
     if "cuda" in args.devices and not torch.cuda.is_available():
         print("gpu_e2e needs a CUDA device", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="kvrouter-gpu-e2e-"))
-    model = write_tiny_checkpoint(work / "model", "llama", seed=args.seed)
-    prompts = build_prompts(args.requests, args.seed, vocab_size=256)
+    model = write_tiny_checkpoint(work / "model", "llama", vocab_size=VOCAB_SIZE, seed=args.seed)
+    prompts = build_prompts(args.requests, args.seed, VOCAB_SIZE)
     runs = []
     for device in (reference_device, checked_device):
         log_dir = work / f"{len(runs)}-{device}"
@@ -113,7 +123,7 @@ def main() -> int:
                 print(f"--- {log.name}", *log.read_text().splitlines()[-20:], sep="\n")
             raise
 
-    reference = LLMEngine(EngineConfig(model=model, block_size=16, num_kv_blocks=64))
+    reference = LLMEngine(EngineConfig(model=model, num_kv_blocks=64, device=reference_device))
     differences = []
     for index, (prompt, expected, actual) in enumerate(
         zip(prompts, runs[0]["results"], runs[1]["results"], strict=True)
@@ -121,7 +131,7 @@ def main() -> int:
         if expected["tokens"] != actual["tokens"]:
             step = first_difference(expected["tokens"], actual["tokens"])
             margin = top_two_margin(reference, prompt + expected["tokens"][:step])
-            differences.append({"request": index, "step": step, "cpu_top2_margin": margin})
+            differences.append({"request": index, "step": step, "reference_top2_margin": margin})
     matched = args.requests - len(differences)
     summary = {
         "requests": args.requests,

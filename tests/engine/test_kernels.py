@@ -14,7 +14,10 @@ from kvrouter.engine.kernels.reference import (  # noqa: E402
     paged_prefill_attention_reference,
     write_kv_reference,
 )
-from kvrouter.engine.kernels.triton_decode import paged_decode_attention_triton  # noqa: E402
+from kvrouter.engine.kernels.triton_decode import (  # noqa: E402
+    BATCHED_MIN_SEQS,
+    paged_decode_attention_triton,
+)
 from kvrouter.engine.kernels.triton_kv_write import write_kv_triton  # noqa: E402
 from kvrouter.engine.kernels.triton_prefill import paged_prefill_attention_triton  # noqa: E402
 
@@ -51,9 +54,14 @@ def test_kv_write_matches_reference(dtype, generator):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("num_splits", [1, 3])
-def test_paged_decode_matches_reference(dtype, num_splits, generator):
-    # Context 1 leaves later splits empty; 21 crosses several pages and tiles.
-    context_lens = [1, 7, 21]
+@pytest.mark.parametrize(
+    "context_lens",
+    # Context 1 leaves later splits empty; 21 crosses several pages and
+    # tiles. The longer batch takes the batched launch on a GPU.
+    [[1, 7, 21], [1, 7, 21, 40] + [3, 16, 33] * (BATCHED_MIN_SEQS // 3)],
+    ids=["few seqs", "batched launch"],
+)
+def test_paged_decode_matches_reference(dtype, num_splits, context_lens, generator):
     batch = random_paged_batch(
         context_lens, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, dtype, DEVICE, generator
     )

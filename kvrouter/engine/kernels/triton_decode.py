@@ -38,20 +38,32 @@ class DecodeLaunch:
 
 # From kernel_benchmark's sweep on an H200 (docs/benchmarks.md, "The engine
 # on a GPU"): from 8 sequences up, 32-key tiles on 2 warps with 2 stages read
-# KV at 90-97% of the copy bandwidth at batch 8 from 32k, where 64-key tiles
-# on Triton's default warps reached 71-74%, and at 95% or more at batch >= 32
-# from 8k; one sequence reads faster with 64-key tiles. The interpreter takes
-# 16-key tiles to keep its grids small.
+# KV fastest; one sequence reads faster with 64-key tiles. The interpreter
+# takes 16-key tiles to keep its grids small.
 BATCHED_MIN_SEQS = 8
 BATCHED_LAUNCH = DecodeLaunch(block_n=32, num_warps=2, num_stages=2)
 SINGLE_LAUNCH = DecodeLaunch(block_n=64)
 INTERPRETER_LAUNCH = DecodeLaunch(block_n=16)
 
 
-def default_launch(batch: int) -> DecodeLaunch:
+def resolve_launch(
+    batch: int,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> DecodeLaunch:
+    """The launch for a batch of `batch` sequences: each field given
+    overrides the default's (Triton's own warps and stages where neither
+    names them)."""
     if interpreting():
-        return INTERPRETER_LAUNCH
-    return BATCHED_LAUNCH if batch >= BATCHED_MIN_SEQS else SINGLE_LAUNCH
+        default = INTERPRETER_LAUNCH
+    else:
+        default = BATCHED_LAUNCH if batch >= BATCHED_MIN_SEQS else SINGLE_LAUNCH
+    return DecodeLaunch(
+        block_n=block_n or default.block_n,
+        num_warps=num_warps or default.num_warps,
+        num_stages=num_stages or default.num_stages,
+    )
 
 
 @triton.jit
@@ -204,7 +216,8 @@ def paged_decode_attention_triton(
     num_stages: int | None = None,
 ) -> torch.Tensor:
     """Same contract as `paged_decode_attention_reference`. The optional
-    arguments override `default_launch` (kernel_benchmark sweeps them)."""
+    arguments override the launch, field by field (`resolve_launch`;
+    kernel_benchmark sweeps them)."""
     batch, num_heads, head_dim = query.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
     group = num_heads // num_kv_heads
@@ -213,10 +226,8 @@ def paged_decode_attention_triton(
     out = torch.empty(batch, num_heads, head_dim, dtype=query.dtype, device=query.device)
     if batch == 0:
         return out
-    default = default_launch(batch)
-    block_n = block_n or default.block_n
-    num_warps = num_warps or default.num_warps
-    num_stages = num_stages or default.num_stages
+    launch = resolve_launch(batch, block_n, num_warps, num_stages)
+    block_n = launch.block_n
     if num_splits is None:
         num_splits = choose_num_splits(query.device, batch, num_kv_heads, max_context_len, block_n)
     tokens_per_split = math.ceil(max(1, max_context_len) / num_splits / block_n) * block_n
@@ -249,7 +260,7 @@ def paged_decode_attention_triton(
         PAGE_SIZE=page_size,
         BLOCK_N=block_n,
         UPCAST=upcast_dots(k_cache.dtype),
-        **launch_options(num_warps, num_stages),
+        **launch_options(launch.num_warps, launch.num_stages),
     )
     _decode_merge_kernel[(batch, num_heads)](
         partial_out,
