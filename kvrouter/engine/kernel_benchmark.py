@@ -106,7 +106,9 @@ class DecodeCase:
         self.query = torch.randn(batch, NUM_HEADS, HEAD_DIM, dtype=dtype, device=DEVICE)
         self.kv_bytes = 2 * batch * context_len * NUM_KV_HEADS * HEAD_DIM * dtype.itemsize
 
-    def run(self, launch: dict):
+    def kernel(self, launch: dict):
+        """The decode call under `launch`, its arguments settled before any
+        timing starts."""
         from kvrouter.engine.kernels.triton_decode import (
             choose_num_splits,
             paged_decode_attention_triton,
@@ -124,19 +126,13 @@ class DecodeCase:
                 resolve_launch(self.batch, launch.get("block_n")).block_n,
                 programs_per_sm,
             )
-        return paged_decode_attention_triton(
-            self.query,
-            self.k_cache,
-            self.v_cache,
-            self.block_tables,
-            self.context_lens,
-            HEAD_DIM**-0.5,
-            self.context_len,
-            **launch,
+        args = (self.query, self.k_cache, self.v_cache, self.block_tables, self.context_lens)
+        return lambda: paged_decode_attention_triton(
+            *args, HEAD_DIM**-0.5, self.context_len, **launch
         )
 
     def tbs(self, launch: dict) -> float:
-        return self.kv_bytes / (time_ms(lambda: self.run(launch)) * 1e-3) / 1e12
+        return self.kv_bytes / (time_ms(self.kernel(launch)) * 1e-3) / 1e12
 
     def sdpa_tbs(self) -> float:
         """SDPA on the same KV laid out contiguously; a KV head's query heads
@@ -154,9 +150,9 @@ def sweep(space: dict) -> list[dict]:
     return [dict(zip(space, values, strict=True)) for values in itertools.product(*space.values())]
 
 
-def best_launch(cases: list, launches: list[dict], score) -> tuple[dict, float]:
-    """The launch whose worst score over `cases` is highest, and that score;
-    a launch that fails to compile or run (resources) is skipped."""
+def best_launch(cases: list, launches: list[dict], score) -> dict:
+    """The launch whose worst score over `cases` is highest; a launch that
+    fails to compile or run (resources) is skipped."""
     best, best_score = {}, 0.0
     for launch in launches:
         try:
@@ -166,14 +162,14 @@ def best_launch(cases: list, launches: list[dict], score) -> tuple[dict, float]:
             continue
         if worst > best_score:
             best, best_score = launch, worst
-    return best, best_score
+    return best
 
 
 def tune_decode(dtype: torch.dtype) -> dict:
     cases = [DecodeCase(batch, context, dtype) for batch, context in DECODE_TUNE_SHAPES]
-    launch, _ = best_launch(cases, sweep(DECODE_SWEEP), DecodeCase.tbs)
+    launch = best_launch(cases, sweep(DECODE_SWEEP), DecodeCase.tbs)
     splits = [{**launch, "programs_per_sm": n} for n in DECODE_PROGRAMS_PER_SM]
-    launch, _ = best_launch(cases, splits, DecodeCase.tbs)
+    launch = best_launch(cases, splits, DecodeCase.tbs)
     del cases
     release()
     return launch
@@ -222,23 +218,17 @@ class PrefillCase:
         self.context_lens = torch.full((num_seqs,), seq_len, dtype=torch.int32, device=DEVICE)
         self.flops = 4 * num_seqs * seq_len * seq_len * NUM_HEADS * HEAD_DIM / 2
 
-    def run(self, launch: dict):
+    def kernel(self, launch: dict):
+        """The prefill call under `launch`, imported before any timing starts."""
         from kvrouter.engine.kernels.triton_prefill import paged_prefill_attention_triton
 
-        return paged_prefill_attention_triton(
-            self.query,
-            self.k_cache,
-            self.v_cache,
-            self.block_tables,
-            self.cu_seqlens,
-            self.context_lens,
-            HEAD_DIM**-0.5,
-            self.seq_len,
-            **launch,
+        args = (self.query, self.k_cache, self.v_cache, self.block_tables, self.cu_seqlens)
+        return lambda: paged_prefill_attention_triton(
+            *args, self.context_lens, HEAD_DIM**-0.5, self.seq_len, **launch
         )
 
     def tflops(self, launch: dict) -> float:
-        return self.flops / (time_ms(lambda: self.run(launch)) * 1e-3) / 1e12
+        return self.flops / (time_ms(self.kernel(launch)) * 1e-3) / 1e12
 
     def sdpa_tflops(self) -> float:
         """Causal SDPA on contiguous tensors, K and V repeated to every query
@@ -257,7 +247,7 @@ class PrefillCase:
 
 def prefill_rows(dtype: torch.dtype) -> tuple[dict, list[dict]]:
     tune_case = PrefillCase(*PREFILL_TUNE_SHAPE, dtype)
-    tuned, _ = best_launch([tune_case], sweep(PREFILL_SWEEP), PrefillCase.tflops)
+    tuned = best_launch([tune_case], sweep(PREFILL_SWEEP), PrefillCase.tflops)
     del tune_case
     rows = []
     for num_seqs, seq_len in PREFILL_SHAPES:
