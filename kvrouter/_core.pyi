@@ -294,6 +294,7 @@ class PolicyConfig:
     overload_factor: float
     congestion_weight: float
     pollution_weight: float
+    tail_weight: float
     seed: int
     local_prefill_max_tokens: int
     prefill_saturation_ms: float
@@ -353,6 +354,8 @@ class Candidate:
     def slowdown_ms(self) -> float: ...
     @property
     def pollution_ms(self) -> float: ...
+    @property
+    def tail_ms(self) -> float: ...
     @property
     def ttft_ms(self) -> float: ...
     @property

@@ -70,6 +70,7 @@ def _candidate(c: pb.Candidate) -> Candidate:
         c.stall_ms,
         c.slowdown_ms,
         c.pollution_ms,
+        c.tail_ms,
         c.active_requests,
         c.overloaded,
     )

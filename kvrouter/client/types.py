@@ -29,6 +29,7 @@ class Candidate:
     stall_ms: float
     slowdown_ms: float
     pollution_ms: float
+    tail_ms: float
     active_requests: int
     overloaded: bool
 

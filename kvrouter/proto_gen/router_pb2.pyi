@@ -75,7 +75,7 @@ class RouteRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., tokens_u32le: _Optional[bytes] = ..., namespace: _Optional[str] = ..., explain: _Optional[bool] = ..., model: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class Candidate(_message.Message):
-    __slots__ = ("worker_id", "role", "overlap_device", "overlap_host", "overlap_disk", "cost_ms", "queue_ms", "prefill_ms", "reload_ms", "decode_ms", "transfer_ms", "overflow_ms", "active_requests", "overloaded", "congestion_ms", "stall_ms", "slowdown_ms", "pollution_ms")
+    __slots__ = ("worker_id", "role", "overlap_device", "overlap_host", "overlap_disk", "cost_ms", "queue_ms", "prefill_ms", "reload_ms", "decode_ms", "transfer_ms", "overflow_ms", "active_requests", "overloaded", "congestion_ms", "stall_ms", "slowdown_ms", "pollution_ms", "tail_ms")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +94,7 @@ class Candidate(_message.Message):
     STALL_MS_FIELD_NUMBER: _ClassVar[int]
     SLOWDOWN_MS_FIELD_NUMBER: _ClassVar[int]
     POLLUTION_MS_FIELD_NUMBER: _ClassVar[int]
+    TAIL_MS_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     role: str
     overlap_device: int
@@ -112,7 +113,8 @@ class Candidate(_message.Message):
     stall_ms: float
     slowdown_ms: float
     pollution_ms: float
-    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[str] = ..., overlap_device: _Optional[int] = ..., overlap_host: _Optional[int] = ..., overlap_disk: _Optional[int] = ..., cost_ms: _Optional[float] = ..., queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., reload_ms: _Optional[float] = ..., decode_ms: _Optional[float] = ..., transfer_ms: _Optional[float] = ..., overflow_ms: _Optional[float] = ..., active_requests: _Optional[int] = ..., overloaded: _Optional[bool] = ..., congestion_ms: _Optional[float] = ..., stall_ms: _Optional[float] = ..., slowdown_ms: _Optional[float] = ..., pollution_ms: _Optional[float] = ...) -> None: ...
+    tail_ms: float
+    def __init__(self, worker_id: _Optional[int] = ..., role: _Optional[str] = ..., overlap_device: _Optional[int] = ..., overlap_host: _Optional[int] = ..., overlap_disk: _Optional[int] = ..., cost_ms: _Optional[float] = ..., queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., reload_ms: _Optional[float] = ..., decode_ms: _Optional[float] = ..., transfer_ms: _Optional[float] = ..., overflow_ms: _Optional[float] = ..., active_requests: _Optional[int] = ..., overloaded: _Optional[bool] = ..., congestion_ms: _Optional[float] = ..., stall_ms: _Optional[float] = ..., slowdown_ms: _Optional[float] = ..., pollution_ms: _Optional[float] = ..., tail_ms: _Optional[float] = ...) -> None: ...
 
 class Explanation(_message.Message):
     __slots__ = ("reason", "decode_candidates", "prefill_candidates")

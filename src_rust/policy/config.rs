@@ -76,6 +76,10 @@ pub struct PolicyConfig {
     /// later requests that would have hit the blocks they evict; 0 (the
     /// default: see docs/routing.md, "Cache pollution") leaves it out.
     pub pollution_weight: f64,
+    /// Scales `Cost::tail_ms`, the price of a queue wait that leaves a
+    /// request's first token far behind the typical one; 0 leaves it out
+    /// (docs/routing.md, "The tail").
+    pub tail_weight: f64,
     /// When the prefilling worker last reported a backlog, the routed prompt
     /// counts as cached on the chosen worker(s) until its KV events arrive,
     /// for at most this long; 0 disables. Without it, a session's next turn
@@ -103,6 +107,7 @@ impl Default for PolicyConfig {
             unreported_grace_ms: 30_000,
             congestion_weight: 1.0,
             pollution_weight: 0.0,
+            tail_weight: 1.0,
             approximate_ttl_ms: 30_000,
         }
     }
@@ -127,6 +132,7 @@ impl PolicyConfig {
             ("prefill_saturation_ms", self.prefill_saturation_ms),
             ("congestion_weight", self.congestion_weight),
             ("pollution_weight", self.pollution_weight),
+            ("tail_weight", self.tail_weight),
         ];
         for (name, value) in non_negative {
             if !(value >= 0.0 && value.is_finite()) {

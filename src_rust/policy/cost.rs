@@ -93,6 +93,11 @@ pub struct Cost {
     /// The recomputation its new blocks push onto later requests by evicting
     /// cached blocks those would have hit (`Coefficients::pollution`).
     pub pollution_ms: f64,
+    /// Its queue wait again, times how many typical first tokens its TTFT
+    /// here exceeds the typical one by (`PolicyConfig::tail_weight`): what
+    /// keeping it waiting costs the slowest first tokens, which a sum of
+    /// latencies does not see.
+    pub tail_ms: f64,
 }
 
 impl Cost {
@@ -100,7 +105,12 @@ impl Cost {
     /// plus what it adds to the latency of those queued behind it and of
     /// those decoding beside it.
     pub fn total(&self) -> f64 {
-        self.ttft_ms() + self.congestion_ms + self.stall_ms + self.slowdown_ms + self.pollution_ms
+        self.ttft_ms()
+            + self.congestion_ms
+            + self.stall_ms
+            + self.slowdown_ms
+            + self.pollution_ms
+            + self.tail_ms
     }
 
     /// This request's predicted time to first token.

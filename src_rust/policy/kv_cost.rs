@@ -21,6 +21,9 @@ pub struct CostPolicy {
     /// Moving average of each request's least prefill work (ms): the size
     /// of the requests a backlog is made of, for `Cost::congestion_ms`.
     typical_work_ms: Option<f64>,
+    /// Moving average of each request's least predicted TTFT (ms): the
+    /// typical first token, for `Cost::tail_ms`.
+    typical_ttft_ms: Option<f64>,
     /// Per worker, moving sums of the prompt blocks routed there and of
     /// those its cache held: their ratio, the share of its traffic's blocks
     /// that hit, is what a block it evicts is worth to later requests
@@ -30,8 +33,8 @@ pub struct CostPolicy {
     hits: FxHashMap<WorkerId, (f64, f64)>,
 }
 
-/// Weight of each request in `typical_work_ms`.
-const TYPICAL_WORK_ALPHA: f64 = 0.02;
+/// Weight of each request in `typical_work_ms` and `typical_ttft_ms`.
+const TYPICAL_ALPHA: f64 = 0.02;
 /// Weight of each request in a worker's hit rate.
 const HIT_RATE_ALPHA: f64 = 0.05;
 
@@ -43,6 +46,7 @@ impl CostPolicy {
             config: config.clone(),
             turn: 0,
             typical_work_ms: None,
+            typical_ttft_ms: None,
             hits: FxHashMap::default(),
         }
     }
@@ -128,19 +132,39 @@ impl CostPolicy {
                         .decode_impact(request, &load, c.cost.work_ms(), steps);
             }
         }
+        if self.config.tail_weight > 0.0 {
+            // A wait far past the typical first token is what the slowest
+            // first tokens are made of; a sum of latencies weighs it no more
+            // than the same milliseconds spread over the streams.
+            if let Some(typical) = self.typical_ttft_ms.filter(|t| *t > 0.0) {
+                for c in out.iter_mut() {
+                    let past_typical = (c.cost.ttft_ms() / typical - 1.0).max(0.0);
+                    c.cost.tail_ms = self.config.tail_weight * c.cost.queue_ms * past_typical;
+                }
+            }
+        }
         self.config.selector.mark_overloaded(&mut out);
         out
     }
 
-    /// Folds this request's least prefill work into `typical_work_ms`.
-    fn observe_work(&mut self, candidates: &[Candidate]) {
+    /// Folds this request's least prefill work and least TTFT into
+    /// `typical_work_ms` and `typical_ttft_ms`.
+    fn observe_typical(&mut self, candidates: &[Candidate]) {
         if candidates.is_empty() {
             return;
         }
         let least = least_work_ms(candidates);
         self.typical_work_ms = Some(match self.typical_work_ms {
-            Some(typical) => typical + TYPICAL_WORK_ALPHA * (least - typical),
+            Some(typical) => typical + TYPICAL_ALPHA * (least - typical),
             None => least,
+        });
+        let least_ttft = candidates
+            .iter()
+            .map(|c| c.cost.ttft_ms())
+            .fold(f64::INFINITY, f64::min);
+        self.typical_ttft_ms = Some(match self.typical_ttft_ms {
+            Some(typical) => typical + TYPICAL_ALPHA * (least_ttft - typical),
+            None => least_ttft,
         });
     }
 
@@ -169,7 +193,7 @@ impl CostPolicy {
         let affinity = pool.affinity(request.session);
         let prefer_decode = affinity.map(|a| a.decode);
         let local = self.candidates(pool, request, overlaps, false);
-        self.observe_work(&local);
+        self.observe_typical(&local);
         let Some((d, how)) = self.pick(&local, prefer_decode) else {
             return Err(RouteError::NoWorker {
                 blocks: request.num_blocks,
@@ -341,12 +365,13 @@ fn explain(how: Pick, candidates: &[Candidate], winner: usize) -> String {
     let k = &c.cost;
     let terms = format!(
         "{base}; cost: TTFT {:.1} + queued behind {:.1} + streams stalled {:.1} + slowdown {:.1} \
-         + evicted hits {:.1}",
+         + evicted hits {:.1} + tail {:.1}",
         k.ttft_ms(),
         k.congestion_ms,
         k.stall_ms,
         k.slowdown_ms,
-        k.pollution_ms
+        k.pollution_ms,
+        k.tail_ms
     );
     if skipped > 0 {
         format!("{terms}; skipped {skipped} overloaded")

@@ -1,7 +1,11 @@
 use super::*;
 
 fn policy(workers: &[(u64, Role)]) -> Policy {
-    let mut p = Policy::new(PolicyConfig::default());
+    policy_with(PolicyConfig::default(), workers)
+}
+
+fn policy_with(config: PolicyConfig, workers: &[(u64, Role)]) -> Policy {
+    let mut p = Policy::new(config);
     for &(id, role) in workers {
         p.pool
             .upsert_worker(WorkerId(id), role, 16_384, &Serves::default());
@@ -255,7 +259,15 @@ fn one_request_at_a_time_takes_tied_workers_in_turn() {
 /// Requests have been staying 2 s and a decode step takes 10 ms; then
 /// worker 0 runs 30 streams over 6,000 blocks and the others are idle.
 fn measured_with_worker_0_busy(workers: &[(u64, Role)], busy_blocks: u64) -> Policy {
-    let mut p = policy(workers);
+    measured_with_worker_0_busy_under(PolicyConfig::default(), workers, busy_blocks)
+}
+
+fn measured_with_worker_0_busy_under(
+    config: PolicyConfig,
+    workers: &[(u64, Role)],
+    busy_blocks: u64,
+) -> Policy {
+    let mut p = policy_with(config, workers);
     for i in 0..100 {
         p.observe(Timing::DecodeStep {
             active_blocks: 6_000.0,
@@ -305,6 +317,55 @@ fn a_hot_prompt_does_not_pile_onto_a_busy_worker() {
     for term in ["TTFT", "queued behind", "streams stalled", "slowdown"] {
         assert!(d.reason.contains(term), "{}", d.reason);
     }
+}
+
+#[test]
+fn a_request_is_not_left_far_behind_a_queue_to_spare_the_streams() {
+    // Short requests have been getting their first token in ~13 ms. Now
+    // worker 1 holds the prompt behind 60,000 queued tokens (1.3 s), and
+    // worker 0 holds none of it and runs 30 streams, which would each wait
+    // for its prefill (0.27 s). Summed, their wait outweighs the request's
+    // own; but its own is a hundred typical first tokens, the slowest first
+    // tokens are made of such waits, and the tail term prices them.
+    let route = |tail_weight: f64| {
+        let config = PolicyConfig {
+            tail_weight,
+            ..PolicyConfig::default()
+        };
+        let mut p = policy_with(config, &[(0, Role::Both), (1, Role::Both)]);
+        for i in 0..300 {
+            let id = format!("short{i}");
+            p.route(&id, request(1), &[], i).unwrap();
+            assert!(p.pool.release(&id));
+        }
+        let streams = Load {
+            active_decode_blocks: 6_000,
+            active_requests: 30,
+            ..Load::default()
+        };
+        let queued = Load {
+            queued_prefill_tokens: 60_000,
+            ..Load::default()
+        };
+        p.report_load(WorkerId(0), streams, 300).unwrap();
+        p.report_load(WorkerId(1), queued, 300).unwrap();
+        p.route("late", request(200), &[cached(1, 190)], 300)
+            .unwrap()
+    };
+    let summed = route(0.0);
+    assert_eq!(summed.decode_worker, WorkerId(1));
+    assert!(summed
+        .decode_candidates
+        .iter()
+        .all(|c| c.cost.tail_ms == 0.0));
+    let d = route(1.0);
+    assert_eq!(d.decode_worker, WorkerId(0));
+    let [streams, queue] = [&d.decode_candidates[0], &d.decode_candidates[1]];
+    assert!(queue.cost.ttft_ms() > 50.0 * 13.0);
+    assert!(queue.cost.tail_ms > 50.0 * queue.cost.queue_ms);
+    assert_eq!(streams.cost.tail_ms, 0.0);
+    assert!(streams.cost.stall_ms > queue.cost.ttft_ms());
+    assert!(d.reason.contains("tail"), "{}", d.reason);
 }
 
 #[test]

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 /// Every setting with its Python type, for config files and flags.
-const FIELDS: [(&str, &str); 22] = [
+const FIELDS: [(&str, &str); 23] = [
     ("policy", "str"),
     ("prefill_base_ms", "float"),
     ("prefill_ms_per_token", "float"),
@@ -25,6 +25,7 @@ const FIELDS: [(&str, &str); 22] = [
     ("overload_factor", "float"),
     ("congestion_weight", "float"),
     ("pollution_weight", "float"),
+    ("tail_weight", "float"),
     ("seed", "int"),
     ("local_prefill_max_tokens", "int"),
     ("prefill_saturation_ms", "float"),
@@ -71,6 +72,8 @@ pub struct PyPolicyConfig {
     #[pyo3(get, set)]
     pollution_weight: f64,
     #[pyo3(get, set)]
+    tail_weight: f64,
+    #[pyo3(get, set)]
     seed: u64,
     #[pyo3(get, set)]
     local_prefill_max_tokens: u64,
@@ -104,6 +107,7 @@ impl From<&PolicyConfig> for PyPolicyConfig {
             overload_factor: c.selector.overload_factor,
             congestion_weight: c.congestion_weight,
             pollution_weight: c.pollution_weight,
+            tail_weight: c.tail_weight,
             seed: c.seed,
             local_prefill_max_tokens: c.local_prefill_max_tokens,
             prefill_saturation_ms: c.prefill_saturation_ms,
@@ -152,6 +156,7 @@ impl PyPolicyConfig {
             unreported_grace_ms: seconds_to_ms("unreported_grace_s", self.unreported_grace_s)?,
             congestion_weight: self.congestion_weight,
             pollution_weight: self.pollution_weight,
+            tail_weight: self.tail_weight,
             approximate_ttl_ms: seconds_to_ms("approximate_ttl_s", self.approximate_ttl_s)?,
         };
         config.validate().map_err(PyValueError::new_err)?;

@@ -88,6 +88,12 @@ impl PyCandidate {
     fn pollution_ms(&self) -> f64 {
         self.0.cost.pollution_ms
     }
+    /// Its queue wait again, in proportion to how far its TTFT exceeds the
+    /// typical one.
+    #[getter]
+    fn tail_ms(&self) -> f64 {
+        self.0.cost.tail_ms
+    }
     /// Its own predicted time to first token.
     #[getter]
     fn ttft_ms(&self) -> f64 {
@@ -122,6 +128,7 @@ impl PyCandidate {
         d.set_item("stall_ms", c.cost.stall_ms)?;
         d.set_item("slowdown_ms", c.cost.slowdown_ms)?;
         d.set_item("pollution_ms", c.cost.pollution_ms)?;
+        d.set_item("tail_ms", c.cost.tail_ms)?;
         d.set_item("active_requests", c.active_requests)?;
         d.set_item("overloaded", c.overloaded)?;
         Ok(d)

@@ -61,6 +61,8 @@ pub struct Candidate {
     pub slowdown_ms: f64,
     #[prost(double, tag = "18")]
     pub pollution_ms: f64,
+    #[prost(double, tag = "19")]
+    pub tail_ms: f64,
 }
 
 /// `kvrouter.v1.Explanation`

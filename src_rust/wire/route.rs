@@ -188,6 +188,7 @@ impl Directory {
             stall_ms: k.stall_ms,
             slowdown_ms: k.slowdown_ms,
             pollution_ms: k.pollution_ms,
+            tail_ms: k.tail_ms,
         }
     }
 
