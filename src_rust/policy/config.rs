@@ -78,7 +78,7 @@ pub struct PolicyConfig {
     pub pollution_weight: f64,
     /// Scales `Cost::tail_ms`, the price of a queue wait that leaves a
     /// request's first token far behind the typical one; 0 leaves it out
-    /// (docs/routing.md, "The tail").
+    /// (docs/routing.md, "The cost: the whole request").
     pub tail_weight: f64,
     /// When the prefilling worker last reported a backlog, the routed prompt
     /// counts as cached on the chosen worker(s) until its KV events arrive,

@@ -103,7 +103,7 @@ pub struct Cost {
 impl Cost {
     /// What the placement costs all requests together: this one's TTFT,
     /// plus what it adds to the latency of those queued behind it and of
-    /// those decoding beside it.
+    /// those decoding beside it, plus the tail term on its own wait.
     pub fn total(&self) -> f64 {
         self.ttft_ms()
             + self.congestion_ms

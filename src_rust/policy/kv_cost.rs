@@ -5,7 +5,8 @@
 
 use super::calibrate::Calibrator;
 use super::config::PolicyConfig;
-use super::cost::{Coefficients, Request};
+use super::cost::{Coefficients, Cost, Request};
+use super::lifetime::moving_average;
 use super::pool::Pool;
 use super::select::{Candidate, Pick, Rng};
 use super::{Decision, Overlaps, RouteError, RoutingPolicy, Timing};
@@ -37,6 +38,9 @@ pub struct CostPolicy {
 const TYPICAL_ALPHA: f64 = 0.02;
 /// Weight of each request in a worker's hit rate.
 const HIT_RATE_ALPHA: f64 = 0.05;
+/// The least typical TTFT the tail term divides by: below it (a cost model
+/// calibrated to nearly free prefills) the ratio would be no measure.
+const MIN_TYPICAL_TTFT_MS: f64 = 1.0;
 
 impl CostPolicy {
     pub fn new(config: &PolicyConfig) -> Self {
@@ -93,7 +97,7 @@ impl CostPolicy {
         if let Some(typical) = self.typical_work_ms {
             // Behind it wait the requests its backlog stands for and those
             // that arrive at this worker before its first token.
-            let least = least_work_ms(&out);
+            let least = least_of(&out, Cost::work_ms);
             let in_flight = out.iter().map(|c| c.active_requests).sum();
             let per_worker = pool.lifetime.arrivals_per_ms(in_flight) / out.len().max(1) as f64;
             for c in out.iter_mut() {
@@ -132,19 +136,24 @@ impl CostPolicy {
                         .decode_impact(request, &load, c.cost.work_ms(), steps);
             }
         }
-        if self.config.tail_weight > 0.0 {
-            // A wait far past the typical first token is what the slowest
-            // first tokens are made of; a sum of latencies weighs it no more
-            // than the same milliseconds spread over the streams.
-            if let Some(typical) = self.typical_ttft_ms.filter(|t| *t > 0.0) {
-                for c in out.iter_mut() {
-                    let past_typical = (c.cost.ttft_ms() / typical - 1.0).max(0.0);
-                    c.cost.tail_ms = self.config.tail_weight * c.cost.queue_ms * past_typical;
-                }
-            }
+        for c in out.iter_mut() {
+            c.cost.tail_ms = self.tail_ms(&c.cost);
         }
         self.config.selector.mark_overloaded(&mut out);
         out
+    }
+
+    /// `Cost::tail_ms`: a wait far past the typical first token is what the
+    /// slowest first tokens are made of, and a sum of latencies weighs it
+    /// no more than the same milliseconds spread over the streams.
+    fn tail_ms(&self, cost: &Cost) -> f64 {
+        match self.typical_ttft_ms {
+            Some(typical) if self.config.tail_weight > 0.0 && cost.queue_ms > 0.0 => {
+                let past_typical = cost.ttft_ms() / typical.max(MIN_TYPICAL_TTFT_MS) - 1.0;
+                self.config.tail_weight * cost.queue_ms * past_typical.max(0.0)
+            }
+            _ => 0.0,
+        }
     }
 
     /// Folds this request's least prefill work and least TTFT into
@@ -153,19 +162,18 @@ impl CostPolicy {
         if candidates.is_empty() {
             return;
         }
-        let least = least_work_ms(candidates);
-        self.typical_work_ms = Some(match self.typical_work_ms {
-            Some(typical) => typical + TYPICAL_ALPHA * (least - typical),
-            None => least,
-        });
-        let least_ttft = candidates
-            .iter()
-            .map(|c| c.cost.ttft_ms())
-            .fold(f64::INFINITY, f64::min);
-        self.typical_ttft_ms = Some(match self.typical_ttft_ms {
-            Some(typical) => typical + TYPICAL_ALPHA * (least_ttft - typical),
-            None => least_ttft,
-        });
+        let least_work = least_of(candidates, Cost::work_ms);
+        let least_ttft = least_of(candidates, Cost::ttft_ms);
+        self.typical_work_ms = Some(moving_average(
+            self.typical_work_ms,
+            least_work,
+            TYPICAL_ALPHA,
+        ));
+        self.typical_ttft_ms = Some(moving_average(
+            self.typical_ttft_ms,
+            least_ttft,
+            TYPICAL_ALPHA,
+        ));
     }
 
     /// One decision's picks share its turn: were each pick to advance it, a
@@ -248,6 +256,8 @@ impl CostPolicy {
                 cost.slowdown_ms = c.cost.slowdown_ms;
                 // The blocks it lacks are moved into its cache as well.
                 cost.pollution_ms += c.cost.pollution_ms;
+                // The wait is the prefill worker's, the first token the pair's.
+                cost.tail_ms = self.tail_ms(&cost);
                 Candidate { cost, ..*c }
             })
             .collect();
@@ -328,10 +338,11 @@ pub(super) fn overlap_of(overlaps: Overlaps<'_>, worker: WorkerId) -> TierDepths
         .map_or(TierDepths::default(), |o| o.1)
 }
 
-fn least_work_ms(candidates: &[Candidate]) -> f64 {
+/// The least of one part of the candidates' costs.
+fn least_of(candidates: &[Candidate], part: fn(&Cost) -> f64) -> f64 {
     candidates
         .iter()
-        .map(|c| c.cost.work_ms())
+        .map(|c| part(&c.cost))
         .fold(f64::INFINITY, f64::min)
 }
 

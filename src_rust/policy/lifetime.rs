@@ -23,13 +23,13 @@ impl Lifetime {
     /// A request routed at `routed_ms` was released.
     pub fn released(&mut self, routed_ms: u64) {
         let stay = self.now_ms.saturating_sub(routed_ms) as f64;
-        self.mean_stay_ms = Some(average(self.mean_stay_ms, stay));
+        self.mean_stay_ms = Some(moving_average(self.mean_stay_ms, stay, ALPHA));
     }
 
     /// A worker reported a decode step of `ms`.
     pub fn step(&mut self, ms: f64) {
         if ms.is_finite() && ms > 0.0 {
-            self.mean_step_ms = Some(average(self.mean_step_ms, ms));
+            self.mean_step_ms = Some(moving_average(self.mean_step_ms, ms, ALPHA));
         }
     }
 
@@ -59,8 +59,10 @@ impl Lifetime {
     }
 }
 
-fn average(mean: Option<f64>, sample: f64) -> f64 {
-    mean.map_or(sample, |m| m + ALPHA * (sample - m))
+/// An exponentially weighted mean: the first sample, then each next one
+/// with weight `alpha`.
+pub(super) fn moving_average(mean: Option<f64>, sample: f64, alpha: f64) -> f64 {
+    mean.map_or(sample, |m| m + alpha * (sample - m))
 }
 
 #[cfg(test)]

@@ -259,15 +259,7 @@ fn one_request_at_a_time_takes_tied_workers_in_turn() {
 /// Requests have been staying 2 s and a decode step takes 10 ms; then
 /// worker 0 runs 30 streams over 6,000 blocks and the others are idle.
 fn measured_with_worker_0_busy(workers: &[(u64, Role)], busy_blocks: u64) -> Policy {
-    measured_with_worker_0_busy_under(PolicyConfig::default(), workers, busy_blocks)
-}
-
-fn measured_with_worker_0_busy_under(
-    config: PolicyConfig,
-    workers: &[(u64, Role)],
-    busy_blocks: u64,
-) -> Policy {
-    let mut p = policy_with(config, workers);
+    let mut p = policy(workers);
     for i in 0..100 {
         p.observe(Timing::DecodeStep {
             active_blocks: 6_000.0,
@@ -365,7 +357,33 @@ fn a_request_is_not_left_far_behind_a_queue_to_spare_the_streams() {
     assert!(queue.cost.tail_ms > 50.0 * queue.cost.queue_ms);
     assert_eq!(streams.cost.tail_ms, 0.0);
     assert!(streams.cost.stall_ms > queue.cost.ttft_ms());
-    assert!(d.reason.contains("tail"), "{}", d.reason);
+    assert!(queue.cost.total() > queue.cost.ttft_ms() + queue.cost.tail_ms - 1e-9);
+}
+
+#[test]
+fn a_split_prices_the_prefill_wait_against_the_pairs_first_token() {
+    // The first token of a split comes after the transfer to the decode
+    // worker, so the tail term of each pair counts the prefill worker's
+    // queue against the pair's TTFT, not the prefill alone's.
+    let mut p = policy(&[(0, Role::Prefill), (1, Role::Decode)]);
+    for i in 0..300 {
+        let id = format!("short{i}");
+        p.route(&id, request(1), &[], i).unwrap();
+        assert!(p.pool.release(&id));
+    }
+    let queued = Load {
+        queued_prefill_tokens: 20_000,
+        ..Load::default()
+    };
+    p.report_load(WorkerId(0), queued, 300).unwrap();
+    let d = p.route("long", request(400), &[], 300).unwrap();
+    assert_eq!(d.prefill_worker, Some(WorkerId(0)));
+    let [prefill, pair] = [&d.prefill_candidates[0], &d.decode_candidates[0]];
+    assert!(pair.cost.transfer_ms > 0.0 && prefill.cost.tail_ms > 0.0);
+    assert!(
+        pair.cost.tail_ms > prefill.cost.tail_ms,
+        "{pair:?} {prefill:?}"
+    );
 }
 
 #[test]
