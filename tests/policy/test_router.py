@@ -40,8 +40,13 @@ def test_contract_and_explanation():
     out = json.loads(json.dumps(d.to_dict()))
     cands = out["explanation"]["decode_candidates"]
     assert {c["worker_id"] for c in cands} == {0, 1}
-    fields = {"overlap_device", "overlap_host", "overlap_disk", "cost_ms"}
+    parts = {"queue_ms", "prefill_ms", "reload_ms", "decode_ms", "transfer_ms", "overflow_ms"}
+    priced = {"congestion_ms", "stall_ms", "slowdown_ms", "pollution_ms", "tail_ms"}
+    fields = {"overlap_device", "overlap_host", "overlap_disk", "cost_ms"} | parts | priced
     assert all(fields <= set(c) for c in cands)
+    # The cost is its parts' sum: the explanation leaves no term out.
+    for c in cands:
+        assert c["cost_ms"] == pytest.approx(sum(c[k] for k in parts | priced))
     assert out["explanation"]["reason"]
 
 
