@@ -53,11 +53,7 @@ def test_the_sidecar_joins_both_replicas_and_either_routes_by_its_events(farm, n
                         # Each answered, and known answered by the other
                         # replica, before the next: the holder is not busy.
                         chosen = await replica.route(f"{engine.name}-{turn}", tokens + [turn])
-                        await replica.finished(f"{engine.name}-{turn}")
-                        await until(
-                            lambda r=replica, o=other: not o.policy.remote_bookings(r.name),
-                            f"the finish to reach {other.name}",
-                        )
+                        await replica.finished_as_seen_by(other, f"{engine.name}-{turn}")
                         assert (chosen.decode_worker, chosen.decode_address) == (
                             engine.worker_ids[0],
                             engine.address,

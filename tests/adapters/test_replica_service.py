@@ -109,6 +109,22 @@ class Replica:
             timeout=CALL_S,
         )
 
+    async def finished_as_seen_by(self, other: Replica, request_id: str) -> None:
+        """Reports the request finished once `other` has its booking, then
+        waits until `other` has the finish. A replica's messages arrive in
+        order, so no booking of it can reach `other` after its release; with
+        no booking seen at first, the release and then the booking could
+        both be still on their way once `other` showed none."""
+        await until(
+            lambda: other.policy.knows_remote(self.name, request_id),
+            f"{request_id} to reach {other.name}",
+        )
+        await self.finished(request_id)
+        await until(
+            lambda: not other.policy.knows_remote(self.name, request_id),
+            f"{request_id}'s finish to reach {other.name}",
+        )
+
 
 @contextlib.asynccontextmanager
 async def replicas(url: str, *names: str, **overrides):
@@ -170,11 +186,7 @@ def test_stream_events_reach_both_replicas_and_either_routes_to_the_holder(nats_
                 # Each answered, and known answered by the other replica,
                 # before the next: the holder is not busy.
                 response = await replica.route(f"hit-{i}", prompt(0) + prompt(1, 2))
-                await replica.finished(f"hit-{i}")
-                await until(
-                    lambda r=replica, o=other: not o.policy.remote_bookings(r.name),
-                    f"hit-{i}'s finish to reach {other.name}",
-                )
+                await replica.finished_as_seen_by(other, f"hit-{i}")
                 assert response.decode_worker == 3
                 assert response.decode_address == "w3:1"
                 winner = next(c for c in response.explanation.decode_candidates if c.worker_id == 3)
