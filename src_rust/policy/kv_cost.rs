@@ -32,6 +32,10 @@ pub struct CostPolicy {
     /// prompt is not outweighed by many short one-offs. A worker not yet
     /// routed to counts 0. Kept only while pollution is priced.
     hits: FxHashMap<WorkerId, (f64, f64)>,
+    /// Moving average of whether a request went to a decode worker with
+    /// the fewest requests in flight: how often the next arrival evens out
+    /// an imbalance, for `Cost::slowdown_ms`'s horizon.
+    evening_share: Option<f64>,
 }
 
 /// Weight of each request in `typical_work_ms` and `typical_ttft_ms`.
@@ -52,6 +56,7 @@ impl CostPolicy {
             typical_work_ms: None,
             typical_ttft_ms: None,
             hits: FxHashMap::default(),
+            evening_share: None,
         }
     }
 
@@ -125,9 +130,10 @@ impl CostPolicy {
         if !prefill_pool {
             // Prefill-role workers run no decodes; decode-capable ones price
             // what the request does to the streams running there.
-            let steps = pool
-                .lifetime
-                .shared_steps(out.iter().map(|c| c.active_requests).sum());
+            let steps = pool.lifetime.shared_steps(
+                out.iter().map(|c| c.active_requests).sum(),
+                self.evening_share.unwrap_or(1.0),
+            );
             for c in out.iter_mut() {
                 let load = pool.load(c.worker);
                 (c.cost.stall_ms, c.cost.slowdown_ms) =
@@ -174,6 +180,21 @@ impl CostPolicy {
             least_ttft,
             TYPICAL_ALPHA,
         ));
+    }
+
+    /// Folds whether the decision sent its request to a decode worker with
+    /// the fewest requests in flight into `evening_share`.
+    fn observe_evening(&mut self, decision: &Decision) {
+        let candidates = &decision.decode_candidates;
+        let Some(fewest) = candidates.iter().map(|c| c.active_requests).min() else {
+            return;
+        };
+        let chosen = candidates
+            .iter()
+            .find(|c| c.worker == decision.decode_worker)
+            .map_or(fewest, |c| c.active_requests);
+        let evened = if chosen <= fewest { 1.0 } else { 0.0 };
+        self.evening_share = Some(moving_average(self.evening_share, evened, TYPICAL_ALPHA));
     }
 
     /// One decision's picks share its turn: were each pick to advance it, a
@@ -291,6 +312,7 @@ impl RoutingPolicy for CostPolicy {
         overlaps: Overlaps<'_>,
     ) -> Result<Decision, RouteError> {
         let decision = self.place(pool, request, overlaps)?;
+        self.observe_evening(&decision);
         if self.config.pollution_weight > 0.0 {
             for worker in [Some(decision.decode_worker), decision.prefill_worker]
                 .into_iter()

@@ -45,15 +45,17 @@ impl Lifetime {
     /// Decode steps over which placing a new request on one worker rather
     /// than another changes how much KV their steps read, with `in_flight`
     /// requests routed and not finished: half a stay (a running stream is
-    /// on average halfway through), but no longer than until the next
-    /// request arrives (a stay over `in_flight`, by Little's law), since the
-    /// router places that one where the KV is lighter and evens the load
-    /// out again. That is the short end (docs/routing.md, "The decode
-    /// horizon", measures the long one). Zero until both averages have
-    /// samples.
-    pub fn shared_steps(&self, in_flight: u64) -> f64 {
+    /// on average halfway through), but no longer than until an arrival
+    /// evens the load out again. Arrivals come a stay over `in_flight`
+    /// apart (Little's law), and a share `evening` of them goes to a least
+    /// busy worker, so one that does comes a stay over `in_flight ·
+    /// evening` after this one: the next arrival where every request goes
+    /// to the least busy worker, the W-th of W workers' where placement
+    /// ignores load (docs/routing.md, "The decode horizon"). Zero until
+    /// both averages have samples.
+    pub fn shared_steps(&self, in_flight: u64, evening: f64) -> f64 {
         match (self.mean_stay_ms, self.mean_step_ms) {
-            (Some(stay), Some(step)) => stay / step / (in_flight as f64).max(2.0),
+            (Some(stay), Some(step)) => stay / step / (in_flight as f64 * evening).max(2.0),
             _ => 0.0,
         }
     }
@@ -74,9 +76,9 @@ mod tests {
         let mut l = Lifetime::default();
         l.tick(1_000);
         l.released(0);
-        assert_eq!(l.shared_steps(1), 0.0);
+        assert_eq!(l.shared_steps(1, 1.0), 0.0);
         l.step(5.0);
-        assert!((l.shared_steps(1) - 100.0).abs() < 1e-9);
+        assert!((l.shared_steps(1, 1.0) - 100.0).abs() < 1e-9);
     }
 
     #[test]
@@ -90,12 +92,17 @@ mod tests {
         // Every request stayed 1 s: 100 steps of 10 ms, half of them shared
         // while few are in flight, a tenth with 10 in flight (the next
         // arrives after 100 ms); with 30 in flight, 30 arrive a second.
-        assert!((l.shared_steps(1) - 50.0).abs() < 1e-6);
-        assert!((l.shared_steps(10) - 10.0).abs() < 1e-6);
+        assert!((l.shared_steps(1, 1.0) - 50.0).abs() < 1e-6);
+        assert!((l.shared_steps(10, 1.0) - 10.0).abs() < 1e-6);
+        // Where only half the arrivals go to a least busy worker, the one
+        // that evens the load out comes twice as late; where none does,
+        // the horizon is half a stay.
+        assert!((l.shared_steps(10, 0.5) - 20.0).abs() < 1e-6);
+        assert!((l.shared_steps(10, 0.0) - 50.0).abs() < 1e-6);
         assert!((l.arrivals_per_ms(30) - 0.03).abs() < 1e-9);
         // A clock that goes back (a late report) does not lengthen stays.
         l.tick(5);
         l.released(20_000);
-        assert!(l.shared_steps(1) < 50.0);
+        assert!(l.shared_steps(1, 1.0) < 50.0);
     }
 }

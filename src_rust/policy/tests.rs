@@ -259,13 +259,24 @@ fn one_request_at_a_time_takes_tied_workers_in_turn() {
 /// Requests have been staying 2 s and a decode step takes 10 ms; then
 /// worker 0 runs 30 streams over 6,000 blocks and the others are idle.
 fn measured_with_worker_0_busy(workers: &[(u64, Role)], busy_blocks: u64) -> Policy {
+    measured_after(workers, busy_blocks, request(20), &[])
+}
+
+/// [`measured_with_worker_0_busy`], the 100 requests that measured the
+/// stays being `earlier`, cached as `cache` says.
+fn measured_after(
+    workers: &[(u64, Role)],
+    busy_blocks: u64,
+    earlier: Request<'static>,
+    cache: &[(WorkerId, TierDepths)],
+) -> Policy {
     let mut p = policy(workers);
     for i in 0..100 {
         p.observe(Timing::DecodeStep {
             active_blocks: 6_000.0,
             ms: 10.0,
         });
-        p.route(&format!("done{i}"), request(20), &[], 0).unwrap();
+        p.route(&format!("done{i}"), earlier, cache, 0).unwrap();
     }
     let quiet = workers.last().unwrap().0;
     p.report_load(WorkerId(quiet), Load::default(), 2_000)
@@ -309,6 +320,28 @@ fn a_hot_prompt_does_not_pile_onto_a_busy_worker() {
     for term in ["TTFT", "queued behind", "streams stalled", "slowdown"] {
         assert!(d.reason.contains(term), "{}", d.reason);
     }
+}
+
+#[test]
+fn requests_that_follow_their_cache_to_busier_workers_lengthen_the_decode_horizon() {
+    // The same busy worker and the same request, after two histories. In
+    // one the requests before spread over the idle workers: the next
+    // arrival evens out whatever imbalance a placement makes. In the other
+    // they all followed their cache to worker 2, however many were in
+    // flight there: an imbalance stays, and what the request's KV costs
+    // the streams on worker 0 is priced over more of their steps.
+    let workers = [(0, Role::Both), (1, Role::Both), (2, Role::Both)];
+    let spread = measured_after(&workers, 6_000, request(20), &[]);
+    let followed = measured_after(&workers, 6_000, request(2_000), &[cached(2, 2_000)]);
+    let slowdown_on_0 = |mut p: Policy| {
+        let d = p
+            .route("hot", request(200), &[cached(0, 190)], 2_000)
+            .unwrap();
+        d.decode_candidates[0].cost.slowdown_ms
+    };
+    let (short, long) = (slowdown_on_0(spread), slowdown_on_0(followed));
+    assert!(short > 0.0);
+    assert!(long > 3.0 * short, "{long} against {short}");
 }
 
 /// Routes and finishes 300 one-block requests, one a millisecond from 0,
