@@ -33,12 +33,14 @@ pub struct CostPolicy {
     /// routed to counts 0. Kept only while pollution is priced.
     hits: FxHashMap<WorkerId, (f64, f64)>,
     /// Moving average of whether a request went to a decode worker with
-    /// the fewest requests in flight: how often the next arrival evens out
-    /// an imbalance, for `Cost::slowdown_ms`'s horizon.
+    /// the fewest requests in flight: how often an arrival evens out an
+    /// imbalance, for `Cost::slowdown_ms`'s horizon. Pool-wide, over every
+    /// model's decisions, as the stays it divides are.
     evening_share: Option<f64>,
 }
 
-/// Weight of each request in `typical_work_ms` and `typical_ttft_ms`.
+/// Weight of each request in `typical_work_ms`, `typical_ttft_ms` and
+/// `evening_share`.
 const TYPICAL_ALPHA: f64 = 0.02;
 /// Weight of each request in a worker's hit rate.
 const HIT_RATE_ALPHA: f64 = 0.05;
@@ -186,14 +188,14 @@ impl CostPolicy {
     /// the fewest requests in flight into `evening_share`.
     fn observe_evening(&mut self, decision: &Decision) {
         let candidates = &decision.decode_candidates;
-        let Some(fewest) = candidates.iter().map(|c| c.active_requests).min() else {
-            return;
-        };
         let chosen = candidates
             .iter()
             .find(|c| c.worker == decision.decode_worker)
-            .map_or(fewest, |c| c.active_requests);
-        let evened = if chosen <= fewest { 1.0 } else { 0.0 };
+            .expect("the decode worker is one of its candidates");
+        let fewest = candidates
+            .iter()
+            .all(|c| chosen.active_requests <= c.active_requests);
+        let evened = if fewest { 1.0 } else { 0.0 };
         self.evening_share = Some(moving_average(self.evening_share, evened, TYPICAL_ALPHA));
     }
 

@@ -50,9 +50,9 @@ impl Lifetime {
     /// apart (Little's law), and a share `evening` of them goes to a least
     /// busy worker, so one that does comes a stay over `in_flight ·
     /// evening` after this one: the next arrival where every request goes
-    /// to the least busy worker, the W-th of W workers' where placement
-    /// ignores load (docs/routing.md, "The decode horizon"). Zero until
-    /// both averages have samples.
+    /// to the least busy worker; with W workers and placement that ignores
+    /// load (`evening` about 1/W), the W-th (docs/routing.md, "The horizon
+    /// from the decisions"). Zero until both averages have samples.
     pub fn shared_steps(&self, in_flight: u64, evening: f64) -> f64 {
         match (self.mean_stay_ms, self.mean_step_ms) {
             (Some(stay), Some(step)) => stay / step / (in_flight as f64 * evening).max(2.0),
