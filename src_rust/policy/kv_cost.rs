@@ -39,9 +39,9 @@ pub struct CostPolicy {
     evening_share: Option<f64>,
 }
 
-/// Weight of each request in `typical_work_ms`, `typical_ttft_ms` and
-/// `evening_share`.
-const TYPICAL_ALPHA: f64 = 0.02;
+/// Weight of each request in the policy's running averages
+/// (`typical_work_ms`, `typical_ttft_ms`, `evening_share`).
+const PER_REQUEST_ALPHA: f64 = 0.02;
 /// Weight of each request in a worker's hit rate.
 const HIT_RATE_ALPHA: f64 = 0.05;
 /// The least typical TTFT the tail term divides by: below it (a cost model
@@ -175,12 +175,12 @@ impl CostPolicy {
         self.typical_work_ms = Some(moving_average(
             self.typical_work_ms,
             least_work,
-            TYPICAL_ALPHA,
+            PER_REQUEST_ALPHA,
         ));
         self.typical_ttft_ms = Some(moving_average(
             self.typical_ttft_ms,
             least_ttft,
-            TYPICAL_ALPHA,
+            PER_REQUEST_ALPHA,
         ));
     }
 
@@ -192,11 +192,15 @@ impl CostPolicy {
             .iter()
             .find(|c| c.worker == decision.decode_worker)
             .expect("the decode worker is one of its candidates");
-        let fewest = candidates
+        let to_fewest = candidates
             .iter()
             .all(|c| chosen.active_requests <= c.active_requests);
-        let evened = if fewest { 1.0 } else { 0.0 };
-        self.evening_share = Some(moving_average(self.evening_share, evened, TYPICAL_ALPHA));
+        let evened = if to_fewest { 1.0 } else { 0.0 };
+        self.evening_share = Some(moving_average(
+            self.evening_share,
+            evened,
+            PER_REQUEST_ALPHA,
+        ));
     }
 
     /// One decision's picks share its turn: were each pick to advance it, a
