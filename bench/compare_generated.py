@@ -7,7 +7,8 @@ bench/compare_dynamo.py on each: Dynamo's mocker in round_robin and
 kv_router modes beside our replay, at 4, 8 and 16 workers and 1x and 2x
 arrival speed (by default). Prints one summary table and the verdict table
 (compare_dynamo.py); each workload's full results go to
-bench/results/compare_generated_<name>.json.
+bench/results/compare_generated_<name>.json, or with `--seed N` other
+than 1 to compare_generated_seedN_<name>.json.
 
     .venv/bin/python bench/compare_generated.py [--workloads mix,tenants]
         [--workers 4,8,16] [--speeds 1,2,3]          # about 10 minutes at 1,2
@@ -76,6 +77,12 @@ def workload_trace(name: str, seed: int, directory: Path) -> Path:
     return trace
 
 
+def results_name(workload: str, seed: int) -> str:
+    """The results file of `workload` generated with `seed`: seed 1's files
+    carry no seed, so that another seed's run does not overwrite them."""
+    return f"compare_generated_{'' if seed == 1 else f'seed{seed}_'}{workload}.json"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -87,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.workloads.split(","):
             trace = workload_trace(name, args.seed, Path(tmp))
-            out = RESULTS / f"compare_generated_{name}.json"
+            out = RESULTS / results_name(name, args.seed)
             print(f"{name}: replaying ...", flush=True)
             with contextlib.redirect_stdout(io.StringIO()):
                 compare_dynamo.main(
