@@ -549,10 +549,15 @@ class Router:
     def prefill_done(self, request_id: str) -> bool: ...
     def finished(self, request_id: str) -> bool: ...
     def cancelled(self, request_id: str) -> bool: ...
+    def canonical_model(self, model: str) -> str:
+        """The name a request for `model` routes and hashes under:
+        "model:adapter" when it names an adapter by itself and exactly one
+        model has that adapter, else `model` as it is."""
     def models(self) -> list[tuple[str, int]]:
         """Every model name workers serve ("model", "model:adapter"; "" for
-        workers that name none), with how many of its workers are routable
-        now (healthy and decode-capable: a prefill worker alone answers no
+        workers that name none, and an adapter's own name where exactly one
+        model has it), with how many of its workers are routable now
+        (healthy and decode-capable: a prefill worker alone answers no
         request), sorted by name."""
     def __len__(self) -> int: ...
     def stats(self) -> RouteStats: ...

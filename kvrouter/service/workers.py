@@ -225,8 +225,15 @@ class WorkerTable:
 
     def models(self) -> dict[str, int]:
         """Every model name served ("model", "model:adapter"; "" for workers
-        that name none), with how many of its workers are routable now."""
+        that name none; an adapter's own name where exactly one model has
+        it), with how many of its workers are routable now."""
         return dict(self.router.models())
+
+    def canonical_model(self, model: str) -> str:
+        """What a request for `model` means: "model:adapter" for an adapter
+        it names by itself (vLLM serves one under its own name), where
+        exactly one model has it; else `model` as it is."""
+        return self.router.canonical_model(model)
 
     def expire(self, now: float | None = None) -> list[int]:
         """Removes workers silent for longer than the TTL; returns their ids."""

@@ -82,6 +82,10 @@ pub enum RouteError {
     NoWorker { blocks: u64, registered: usize },
     #[error("model {0:?} is not served here: no registered worker serves it")]
     UnknownModel(String),
+    #[error(
+        "model {name:?} is an adapter of several models ({models}): name one as model:adapter"
+    )]
+    AmbiguousAdapter { name: String, models: String },
     #[error("unknown worker {0}")]
     UnknownWorker(u64),
 }

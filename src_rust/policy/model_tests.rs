@@ -130,7 +130,8 @@ fn models_counts_each_names_routable_workers() {
     assert_eq!(routable(&p, "llama:sql"), Some(1));
     assert_eq!(routable(&p, "qwen"), Some(1));
     assert_eq!(routable(&p, ""), Some(1));
-    assert_eq!(p.pool.models().len(), 4);
+    assert_eq!(routable(&p, "sql"), Some(1), "the adapter by its own name");
+    assert_eq!(p.pool.models().len(), 5);
 }
 
 #[test]
@@ -154,4 +155,36 @@ fn a_model_served_only_by_prefill_workers_is_not_routable() {
             );
         }
     }
+}
+
+#[test]
+fn an_adapter_named_by_itself_is_the_one_model_s_adapter_of_that_name() {
+    let mut p = two_models(PolicyName::Kvrouter);
+    assert!(chosen(&mut p, "sql").iter().all(|w| *w == 1));
+    assert_eq!(p.pool.canonical_model("sql").as_deref(), Some("llama:sql"));
+    assert_eq!(routable(&p, "sql"), Some(1));
+    for served in ["llama", "llama:sql", "", "mistral"] {
+        assert_eq!(p.pool.canonical_model(served), None, "{served:?}");
+    }
+
+    p.pool
+        .upsert_worker(WorkerId(3), Role::Both, 16_384, &serving("qwen", &["sql"]));
+    assert_eq!(
+        request(&p, "sql"),
+        Err(RouteError::AmbiguousAdapter {
+            name: "sql".into(),
+            models: "llama:sql, qwen:sql".into()
+        })
+    );
+    assert_eq!(p.pool.canonical_model("sql"), None);
+    assert_eq!(routable(&p, "sql"), None, "listed only where it names one");
+
+    p.pool
+        .upsert_worker(WorkerId(5), Role::Both, 16_384, &serving("sql", &[]));
+    let r = request(&p, "sql").unwrap();
+    assert_eq!(
+        p.route("model-sql", r, &[], 0).unwrap().decode_worker,
+        WorkerId(5),
+        "a model of that name is meant"
+    );
 }

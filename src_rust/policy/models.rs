@@ -2,7 +2,10 @@
 //! unnamed model of a deployment that names none) and, optionally, adapters
 //! on it; a request names a model, or `model:adapter`, and is routed only
 //! among the workers that serve exactly that. Names are interned, so the
-//! filter a decision applies per worker is an integer compare.
+//! filter a decision applies per worker is an integer compare. An adapter
+//! may also be asked for by its own name, as vLLM serves it, where that
+//! name is no model's and exactly one model has such an adapter
+//! (`Models::adapter_homes`).
 
 use hashbrown::HashMap;
 
@@ -104,14 +107,52 @@ impl Models {
         self.ids.get(name).map(|(id, _)| *id)
     }
 
-    /// Every name served, with its id, sorted by name.
+    /// The served `model:adapter` names whose adapter is called `name`, with
+    /// their ids, sorted: what a request that names an adapter by itself
+    /// may mean. Empty for a name that is served as it is or holds the
+    /// separator.
+    pub fn adapter_homes(&self, name: &str) -> Vec<(&str, ModelId)> {
+        if name.is_empty() || name.contains(ADAPTER_SEPARATOR) || self.ids.contains_key(name) {
+            return Vec::new();
+        }
+        let mut homes: Vec<_> = self
+            .ids
+            .iter()
+            .filter(|(served, _)| adapter_of(served) == Some(name))
+            .map(|(served, (id, _))| (served.as_str(), *id))
+            .collect();
+        homes.sort_unstable();
+        homes
+    }
+
+    /// Every name served, with its id, sorted by name: the models,
+    /// `model:adapter` for each adapter, and an adapter's own name where it
+    /// stands for exactly one of those.
     pub fn names(&self) -> Vec<(&str, ModelId)> {
         let mut out: Vec<_> = self
             .ids
             .iter()
             .map(|(name, (id, _))| (name.as_str(), *id))
             .collect();
+        let mut homes: HashMap<&str, Vec<ModelId>> = HashMap::new();
+        for (name, id) in &out {
+            if let Some(adapter) = adapter_of(name).filter(|a| !self.ids.contains_key(*a)) {
+                homes.entry(adapter).or_default().push(*id);
+            }
+        }
+        out.extend(
+            homes
+                .into_iter()
+                .filter_map(|(adapter, ids)| matches!(ids[..], [_]).then(|| (adapter, ids[0]))),
+        );
         out.sort_unstable();
         out
     }
+}
+
+/// The adapter of a served `model:adapter` name; None for a model's.
+fn adapter_of(served: &str) -> Option<&str> {
+    served
+        .split_once(ADAPTER_SEPARATOR)
+        .map(|(_, adapter)| adapter)
 }

@@ -79,12 +79,37 @@ impl Pool {
         Ok(self.book.drop_worker(worker))
     }
 
-    /// The model a request names, as the pool knows it: `UnknownModel`
-    /// when no registered worker serves it.
+    /// The model a request names, as the pool knows it, an adapter named by
+    /// itself included (`canonical_model`): `UnknownModel` when no
+    /// registered worker serves it, `AmbiguousAdapter` when it is the
+    /// adapter of several models.
     pub fn model(&self, name: &str) -> Result<ModelId, RouteError> {
-        self.models
-            .resolve(name)
-            .ok_or_else(|| RouteError::UnknownModel(name.to_owned()))
+        if let Some(id) = self.models.resolve(name) {
+            return Ok(id);
+        }
+        match self.models.adapter_homes(name)[..] {
+            [] => Err(RouteError::UnknownModel(name.to_owned())),
+            [(_, id)] => Ok(id),
+            ref homes => Err(RouteError::AmbiguousAdapter {
+                name: name.to_owned(),
+                models: homes
+                    .iter()
+                    .map(|(home, _)| *home)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        }
+    }
+
+    /// The `model:adapter` a request that names an adapter by itself means,
+    /// when it means exactly one; None for any other name, which routes
+    /// (or is refused) as it is. A request hashes in the namespace of what
+    /// it means, so that both names find the same cached blocks.
+    pub fn canonical_model(&self, name: &str) -> Option<String> {
+        match self.models.adapter_homes(name)[..] {
+            [(home, _)] => Some(home.to_owned()),
+            _ => None,
+        }
     }
 
     /// Every model name served, with how many of its workers are routable

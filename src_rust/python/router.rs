@@ -47,7 +47,9 @@ fn to_pyerr(error: RouteError) -> PyErr {
         RouteError::DuplicateRequest(_) => PyValueError::new_err(message),
         RouteError::UnknownWorker(_) => PyKeyError::new_err(message),
         RouteError::NoWorker { .. } => NoWorkerAvailable::new_err(message),
-        RouteError::UnknownModel(_) => UnknownModel::new_err(message),
+        RouteError::UnknownModel(_) | RouteError::AmbiguousAdapter { .. } => {
+            UnknownModel::new_err(message)
+        }
     }
 }
 
@@ -456,6 +458,13 @@ impl PyRouter {
     /// Frees the request's load; False when it was not booked.
     fn cancelled(&self, request_id: &str) -> bool {
         self.router.release(request_id)
+    }
+
+    /// The name a request for `model` routes under: `model:adapter` when
+    /// it names an adapter by itself and exactly one model has that
+    /// adapter, else `model` as it is.
+    fn canonical_model(&self, model: &str) -> String {
+        self.router.canonical_model(model).into_owned()
     }
 
     /// Every model name workers serve (`model`, `model:adapter`; "" for

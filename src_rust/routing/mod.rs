@@ -21,6 +21,7 @@ use crate::policy::{
     SessionKey, Timing,
 };
 use parking_lot::Mutex;
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -167,6 +168,8 @@ impl Router {
         now_ms: u64,
     ) -> Result<Routed, (String, RouteError)> {
         let started = Instant::now();
+        let canonical = self.canonical_model(model);
+        let model = canonical.as_ref();
         let request_id = if request_id.is_empty() {
             let n = self.next_id.fetch_add(1, Ordering::Relaxed);
             format!("{}-{n}", self.id_prefix)
@@ -383,6 +386,16 @@ impl Router {
             }
         }
         Ok(retired.len())
+    }
+
+    /// The name a request for `model` routes and hashes under: the
+    /// `model:adapter` it means when it names an adapter by itself
+    /// (`Pool::canonical_model`), else `model` as it is.
+    pub fn canonical_model<'a>(&self, model: &'a str) -> Cow<'a, str> {
+        match self.policy.lock().pool.canonical_model(model) {
+            Some(home) => Cow::Owned(home),
+            None => Cow::Borrowed(model),
+        }
     }
 
     /// Every model name served, with how many of its workers are routable

@@ -74,3 +74,33 @@ fn a_prefix_is_reused_within_its_model_and_never_across_models() {
     assert_eq!(routed(&router, &index, "c", "qwen", &tokens), (3, BLOCKS));
     assert_eq!(routed(&router, &index, "d", "llama", &tokens), (1, BLOCKS));
 }
+
+#[test]
+fn an_adapter_named_by_itself_finds_the_blocks_cached_for_model_colon_adapter() {
+    let index = PrefixIndex::new(IndexConfig {
+        block_size: BS as usize,
+        max_nodes: None,
+    });
+    let router = Router::new(BS, PolicyConfig::default(), RouterOptions::default()).unwrap();
+    let with_sql = Serves {
+        model: "llama".into(),
+        adapters: vec!["sql".into()],
+    };
+    router.with_pool(|pool| {
+        for w in 0..2 {
+            pool.upsert_worker(WorkerId(w), Role::Both, 10_000, &with_sql);
+        }
+    });
+    let tokens: Vec<u32> = (0..BLOCKS * BS as u32).collect();
+    store(&index, 1, "llama:sql", &tokens);
+    assert_eq!(
+        routed(&router, &index, "a", "llama:sql", &tokens),
+        (1, BLOCKS)
+    );
+    assert_eq!(routed(&router, &index, "b", "sql", &tokens), (1, BLOCKS));
+    let (_, overlap) = routed(&router, &index, "c", "llama", &tokens);
+    assert_eq!(
+        overlap, 0,
+        "the adapter's blocks are no hit for its base model"
+    );
+}

@@ -45,7 +45,7 @@ impl From<RouteError> for Refusal {
         let code = match error {
             RouteError::DuplicateRequest(_) => Code::InvalidArgument,
             RouteError::NoWorker { .. } => Code::Unavailable,
-            RouteError::UnknownModel(_) => Code::NotFound,
+            RouteError::UnknownModel(_) | RouteError::AmbiguousAdapter { .. } => Code::NotFound,
             // Raised by registry calls, never by routing: reaching it here
             // would be the router's fault.
             RouteError::UnknownWorker(_) => Code::Internal,

@@ -297,3 +297,22 @@ def test_ready_once_a_worker_can_answer_not_a_prefill_engine_alone(tokenizer_dir
         for stub in stubs:
             stub.stop()
         router.kill()
+
+
+def test_an_adapter_is_asked_for_by_its_own_name_as_vllm_serves_it(router, client, tokenizer):
+    stub = StubEngine(list(range(100, 110))).start()
+    registration = register(router.target, stub, adapters=["sql"])
+    try:
+        wait_until(
+            lambda: "sql" in {m.id for m in client.models.list()},
+            what="the adapter to be listed by its own name",
+        )
+        assert f"{MODEL}:sql" in {m.id for m in client.models.list()}
+        answer = client.completions.create(model="sql", prompt="select", max_tokens=3)
+        assert answer.model == "sql"
+        assert answer.choices[0].text == tokenizer.decode(stub.tokens[:3])
+        (body,) = stub.received
+        assert body["model"] == "sql", "the engine serves the adapter under its own name"
+    finally:
+        registration.stop_background()
+        stub.stop()

@@ -76,7 +76,29 @@ def test_requests_for_an_adapter_go_to_the_workers_that_serve_it(router):
     assert decode_workers(client, "llama") == {1, 2}
     with pytest.raises(NotFound, match='"llama:chat"'):
         client.route(prompt(1, 4), model="llama:chat")
-    assert router.on_loop(router.server.workers.models) == {"llama": 2, "llama:sql": 1}
+    assert router.on_loop(router.server.workers.models) == {
+        "llama": 2,
+        "llama:sql": 1,
+        "sql": 1,
+    }
+
+
+def test_an_adapter_asked_for_by_its_own_name_is_the_one_model_s_adapter(router):
+    router.worker(1, model="llama", adapters=["sql"])
+    router.worker(2, model="llama")
+    client = router.client()
+    assert decode_workers(client, "sql") == {1}, "as vLLM serves a LoRA adapter: by its name"
+    assert router.on_loop(router.server.workers.canonical_model, "sql") == "llama:sql"
+    tokens = prompt(5, 32)
+    adapter = router.publisher(1, model="llama:sql")
+    adapter.stored(None, list(range(32)), tokens)
+    assert adapter.flush(timeout=10)
+    assert overlaps(client, tokens, "sql") == {1: 32}, "the same cache as llama:sql"
+
+    router.worker(3, model="qwen", adapters=["sql"])
+    with pytest.raises(NotFound, match="llama:sql, qwen:sql"):
+        client.route(prompt(1, 4), model="sql")
+    assert "sql" not in router.on_loop(router.server.workers.models)
 
 
 def test_a_prefix_is_reused_within_its_model_and_never_across_models(router):

@@ -95,11 +95,7 @@ class FrontDoor:
     async def list_models(self, _: Request) -> Answer:
         """The served models (and their adapters) that have a routable worker."""
         routable = self.workers.models()
-        names = [
-            name
-            for name, count in routable.items()
-            if count and name.partition(":")[0] in self.tokenizers
-        ]
+        names = [name for name, count in routable.items() if count and self._base(name)]
         data = [
             {"id": name, "object": "model", "created": self.started, "owned_by": "kvrouter"}
             for name in sorted(names)
@@ -141,12 +137,18 @@ class FrontDoor:
             asked = DEFAULT_CHAT_MAX_TOKENS if room is None else min(DEFAULT_CHAT_MAX_TOKENS, room)
         return Completion(True, body, tokenizer, prompt.token_ids, asked, record)
 
+    def _base(self, model: str) -> str | None:
+        """The served model a request's `model` is of (an adapter named by
+        itself is of the one model that has it); None: none served here."""
+        base = self.workers.canonical_model(model).partition(":")[0]
+        return base if base in self.tokenizers else None
+
     def _tokenizer(self, model: str, record: RequestRecord) -> ModelTokenizer:
-        tokenizer = self.tokenizers.get(model.partition(":")[0])
-        if tokenizer is None:
+        base = self._base(model)
+        if base is None:
             raise HttpError(404, f"the model {model!r} does not exist", code="model_not_found")
         record.model = model
-        return tokenizer
+        return self.tokenizers[base]
 
     async def _decode(self, request: Request, kind: type):
         """The body as `kind`, checked: a 400 naming what is wrong, a 413
