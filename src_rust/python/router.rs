@@ -468,8 +468,9 @@ impl PyRouter {
     }
 
     /// Every model name workers serve (`model`, `model:adapter`; "" for
-    /// workers that name none) with how many of its workers are routable
-    /// now (healthy and decode-capable: a prefill worker alone answers no
+    /// workers that name none; an adapter's own name where exactly one
+    /// model has it) with how many of its workers are routable now
+    /// (healthy and decode-capable: a prefill worker alone answers no
     /// request).
     fn models(&self) -> Vec<(String, usize)> {
         self.router.models()
