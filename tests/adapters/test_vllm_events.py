@@ -195,6 +195,10 @@ def test_engines_of_two_models_are_routed_and_matched_per_model(farm):
                 w_llama: 2
             }
             assert router.route("r-sql", adapter, model="llama:sql").decode_worker == w_llama
-            assert dict(router.models()) == {"llama": 1, "llama:sql": 1, "qwen": 1}
+            # vLLM's own name for the adapter finds the blocks it stored under it.
+            by_name = router.route("r-sql-named", adapter, model="sql")
+            assert by_name.decode_worker == w_llama
+            assert [c.overlap for c in by_name.explanation.decode_candidates] == [2]
+            assert dict(router.models()) == {"llama": 1, "llama:sql": 1, "qwen": 1, "sql": 1}
 
     run(scenario())
