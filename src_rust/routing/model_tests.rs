@@ -52,18 +52,24 @@ fn routed(router: &Router, index: &PrefixIndex, id: &str, model: &str, t: &[u32]
     (d.decode_worker.0, chosen.overlap.total())
 }
 
-#[test]
-fn a_prefix_is_reused_within_its_model_and_never_across_models() {
+/// An empty index, and a router over workers 0, 1, ... serving `serves`.
+fn index_and_router(serves: &[Serves]) -> (PrefixIndex, Router) {
     let index = PrefixIndex::new(IndexConfig {
         block_size: BS as usize,
         max_nodes: None,
     });
     let router = Router::new(BS, PolicyConfig::default(), RouterOptions::default()).unwrap();
     router.with_pool(|pool| {
-        for (w, model) in [(0, "llama"), (1, "llama"), (2, "qwen"), (3, "qwen")] {
-            pool.upsert_worker(WorkerId(w), Role::Both, 10_000, &Serves::model(model));
+        for (w, serves) in serves.iter().enumerate() {
+            pool.upsert_worker(WorkerId(w as u64), Role::Both, 10_000, serves);
         }
     });
+    (index, router)
+}
+
+#[test]
+fn a_prefix_is_reused_within_its_model_and_never_across_models() {
+    let (index, router) = index_and_router(&["llama", "llama", "qwen", "qwen"].map(Serves::model));
     let tokens: Vec<u32> = (0..BLOCKS * BS as u32).collect();
     store(&index, 1, "llama", &tokens);
     assert_eq!(routed(&router, &index, "a", "llama", &tokens), (1, BLOCKS));
@@ -77,20 +83,11 @@ fn a_prefix_is_reused_within_its_model_and_never_across_models() {
 
 #[test]
 fn an_adapter_named_by_itself_finds_the_blocks_cached_for_model_colon_adapter() {
-    let index = PrefixIndex::new(IndexConfig {
-        block_size: BS as usize,
-        max_nodes: None,
-    });
-    let router = Router::new(BS, PolicyConfig::default(), RouterOptions::default()).unwrap();
     let with_sql = Serves {
         model: "llama".into(),
         adapters: vec!["sql".into()],
     };
-    router.with_pool(|pool| {
-        for w in 0..2 {
-            pool.upsert_worker(WorkerId(w), Role::Both, 10_000, &with_sql);
-        }
-    });
+    let (index, router) = index_and_router(&[with_sql.clone(), with_sql]);
     let tokens: Vec<u32> = (0..BLOCKS * BS as u32).collect();
     store(&index, 1, "llama:sql", &tokens);
     assert_eq!(
