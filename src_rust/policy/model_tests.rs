@@ -188,3 +188,25 @@ fn an_adapter_named_by_itself_is_the_one_model_s_adapter_of_that_name() {
         "a model of that name is meant"
     );
 }
+
+#[test]
+fn only_a_named_model_s_plain_adapter_is_asked_for_by_its_own_name() {
+    let mut p = Policy::new(PolicyConfig::default());
+    let workers = [
+        serving("qwen2:7b", &[]),
+        serving("", &["sql"]),
+        serving("llama", &["", "a:b"]),
+    ];
+    for (id, serves) in workers.iter().enumerate() {
+        p.pool
+            .upsert_worker(WorkerId(id as u64), Role::Both, 16_384, serves);
+    }
+    for name in ["7b", "sql", "b"] {
+        assert_eq!(routable(&p, name), None, "{name}");
+        assert_eq!(
+            request(&p, name),
+            Err(RouteError::UnknownModel(name.into()))
+        );
+        assert_eq!(p.pool.canonical_model(name), None, "{name}");
+    }
+}

@@ -107,18 +107,18 @@ impl Models {
         self.ids.get(name).map(|(id, _)| *id)
     }
 
-    /// The served `model:adapter` names whose adapter is called `name`, with
-    /// their ids, sorted: what a request that names an adapter by itself
-    /// may mean. Empty for a name that is served as it is or holds the
-    /// separator.
+    /// The served `model:adapter` names that `name` may stand for (see
+    /// `alias_of`), with their ids, sorted: what a request that names an
+    /// adapter by itself may mean. Empty for a name that is served as it
+    /// is, and for one no adapter is called.
     pub fn adapter_homes(&self, name: &str) -> Vec<(&str, ModelId)> {
-        if name.is_empty() || name.contains(ADAPTER_SEPARATOR) || self.ids.contains_key(name) {
+        if name.is_empty() || self.ids.contains_key(name) {
             return Vec::new();
         }
         let mut homes: Vec<_> = self
             .ids
             .iter()
-            .filter(|(served, _)| adapter_of(served) == Some(name))
+            .filter(|(served, _)| self.alias_of(served) == Some(name))
             .map(|(served, (id, _))| (served.as_str(), *id))
             .collect();
         homes.sort_unstable();
@@ -136,23 +136,31 @@ impl Models {
             .collect();
         let mut homes: HashMap<&str, Vec<ModelId>> = HashMap::new();
         for (name, id) in &out {
-            if let Some(adapter) = adapter_of(name).filter(|a| !self.ids.contains_key(*a)) {
-                homes.entry(adapter).or_default().push(*id);
+            if let Some(alias) = self.alias_of(name) {
+                homes.entry(alias).or_default().push(*id);
             }
         }
         out.extend(
             homes
                 .into_iter()
-                .filter_map(|(adapter, ids)| matches!(ids[..], [_]).then(|| (adapter, ids[0]))),
+                .filter(|(_, ids)| ids.len() == 1)
+                .map(|(alias, ids)| (alias, ids[0])),
         );
         out.sort_unstable();
         out
     }
-}
 
-/// The adapter of a served `model:adapter` name; None for a model's.
-fn adapter_of(served: &str) -> Option<&str> {
-    served
-        .split_once(ADAPTER_SEPARATOR)
-        .map(|(_, adapter)| adapter)
+    /// The adapter's own name a served `model:adapter` may also be asked
+    /// for by: its adapter, where the model is a named one served as such,
+    /// and the adapter's name is not empty, holds no separator and is no
+    /// served name itself. None for every other name.
+    fn alias_of<'a>(&self, served: &'a str) -> Option<&'a str> {
+        let (model, adapter) = served.split_once(ADAPTER_SEPARATOR)?;
+        let plain = !adapter.is_empty() && !adapter.contains(ADAPTER_SEPARATOR);
+        (plain
+            && !model.is_empty()
+            && self.ids.contains_key(model)
+            && !self.ids.contains_key(adapter))
+        .then_some(adapter)
+    }
 }

@@ -18,7 +18,7 @@ use crate::ids::{SeqHash, WorkerId};
 use crate::index::PrefixIndex;
 use crate::policy::{
     Booking, Coefficients, Decision, Load, Policy, PolicyConfig, Pool, Request, RouteError,
-    SessionKey, Timing,
+    SessionKey, Timing, ADAPTER_SEPARATOR,
 };
 use parking_lot::Mutex;
 use std::borrow::Cow;
@@ -168,8 +168,6 @@ impl Router {
         now_ms: u64,
     ) -> Result<Routed, (String, RouteError)> {
         let started = Instant::now();
-        let canonical = self.canonical_model(model);
-        let model = canonical.as_ref();
         let request_id = if request_id.is_empty() {
             let n = self.next_id.fetch_add(1, Ordering::Relaxed);
             format!("{}-{n}", self.id_prefix)
@@ -179,7 +177,10 @@ impl Router {
         let hashed;
         let (hashes, num_tokens) = match prompt {
             Prompt::Tokens { tokens, namespace } => {
-                let namespace = model_namespace(model, namespace);
+                // An adapter named by itself hashes as its `model:adapter`;
+                // the decision resolves it alike (`Pool::model`).
+                let model = self.canonical_model(model);
+                let namespace = model_namespace(&model, namespace);
                 hashed = BlockHasher::for_namespace(self.block_size as usize, &namespace)
                     .seq_hashes(tokens);
                 (hashed.as_slice(), tokens.len() as u64)
@@ -392,6 +393,9 @@ impl Router {
     /// `model:adapter` it means when it names an adapter by itself
     /// (`Pool::canonical_model`), else `model` as it is.
     pub fn canonical_model<'a>(&self, model: &'a str) -> Cow<'a, str> {
+        if model.is_empty() || model.contains(ADAPTER_SEPARATOR) {
+            return Cow::Borrowed(model);
+        }
         match self.policy.lock().pool.canonical_model(model) {
             Some(home) => Cow::Owned(home),
             None => Cow::Borrowed(model),

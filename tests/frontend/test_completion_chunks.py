@@ -18,7 +18,7 @@ from kvrouter.service.openai.requests import CompletionRequest
 def completion(tokenizer) -> Completion:
     body = CompletionRequest(model="tiny", prompt="hi", stream=True)
     return Completion(
-        False, body, tokenizer, array("I", [1, 2, 3]), 4, RequestRecord("/v1/completions")
+        False, body, tokenizer, array("I", [1, 2, 3]), 4, RequestRecord("/v1/completions"), "tiny"
     )
 
 

@@ -42,7 +42,7 @@ def test_a_bad_header_is_400(header):
 def test_the_session_reaches_the_proxied_generate(tokenizer):
     body = CompletionRequest(model="tiny", prompt="hi")
     run = Completion(
-        False, body, tokenizer, array("I", [1, 2]), 4, RequestRecord("/v1/completions")
+        False, body, tokenizer, array("I", [1, 2]), 4, RequestRecord("/v1/completions"), "tiny"
     )
     run.session = session_id("conversation-7", None)
     assert run.generate_request().session_id == "conversation-7"

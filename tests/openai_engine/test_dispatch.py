@@ -316,3 +316,33 @@ def test_an_adapter_is_asked_for_by_its_own_name_as_vllm_serves_it(router, clien
     finally:
         registration.stop_background()
         stub.stop()
+
+
+def test_a_served_models_name_never_stands_for_another_models_adapter(tokenizer_dir):
+    """`ghost` is a model this front door serves, with no worker up, and an
+    adapter of `tiny`: a request for `ghost` is not sent to `tiny:ghost`
+    (it would be tokenized as one model and answered by another), /ready
+    counts no worker for it, and `tiny:ghost` still answers."""
+    router = ServeProcess(
+        "--http-listen",
+        f"127.0.0.1:{free_port()}",
+        "--served-models",
+        f"{MODEL}={tokenizer_dir},ghost={tokenizer_dir}",
+    )
+    stub = StubEngine(TOKENS["a"]).start()
+    registration = register(router.target, stub, adapters=["ghost"])
+    try:
+        ready = f"http://127.0.0.1:{router.wait_for('router serving')['http_port']}/ready"
+        with front_door(router) as client:
+            wait_until(lambda: client.models.list().data, what="the engine to be listed")
+            assert [m.id for m in client.models.list()] == [MODEL, f"{MODEL}:ghost"]
+            assert _status(ready) == 503, "no worker serves ghost itself"
+            with pytest.raises(openai.NotFoundError):
+                client.completions.create(model="ghost", prompt="boo", max_tokens=2)
+            assert not stub.received
+            client.completions.create(model=f"{MODEL}:ghost", prompt="boo", max_tokens=2)
+            assert [body["model"] for body in stub.received] == ["ghost"]
+    finally:
+        registration.stop_background()
+        stub.stop()
+        router.kill()

@@ -88,14 +88,18 @@ class FrontDoor:
     async def ready(self, _: Request) -> Answer:
         """200 when every served model has a routable worker, else 503."""
         routable = self.workers.models()
-        counts = {name: routable.get(name, 0) for name in self.tokenizers}
+        # A served model's name listed for another model's adapter counts none.
+        counts = {
+            name: routable.get(name, 0) if self._model(name) == name else 0
+            for name in self.tokenizers
+        }
         ready = all(counts.values())
         return answer({"ready": ready, "routable_workers": counts}, 200 if ready else 503)
 
     async def list_models(self, _: Request) -> Answer:
         """The served models (and their adapters) that have a routable worker."""
         routable = self.workers.models()
-        names = [name for name, count in routable.items() if count and self._base(name)]
+        names = [name for name, count in routable.items() if count and self._model(name)]
         data = [
             {"id": name, "object": "model", "created": self.started, "owned_by": "kvrouter"}
             for name in sorted(names)
@@ -110,18 +114,18 @@ class FrontDoor:
 
     async def _completion(self, request: Request, record: RequestRecord) -> Completion:
         body = await self._decode(request, CompletionRequest)
-        tokenizer = self._tokenizer(body.model, record)
+        model, tokenizer = self._tokenizer(body.model, record)
         try:
             prompt = body.one_prompt()
         except ValueError as e:
             raise HttpError(400, str(e)) from None
         tokens = await tokenizer.encode_async(prompt) if isinstance(prompt, str) else prompt
         max_tokens = DEFAULT_COMPLETION_MAX_TOKENS if body.max_tokens is None else body.max_tokens
-        return Completion(False, body, tokenizer, tokens, max_tokens, record)
+        return Completion(False, body, tokenizer, tokens, max_tokens, record, model)
 
     async def _chat(self, request: Request, record: RequestRecord) -> Completion:
         body = await self._decode(request, ChatCompletionRequest)
-        tokenizer = self._tokenizer(body.model, record)
+        model, tokenizer = self._tokenizer(body.model, record)
         try:
             prompt = await tokenizer.render_and_encode_async(
                 body.messages, add_generation_prompt=body.add_generation_prompt, tools=body.tools
@@ -135,20 +139,26 @@ class FrontDoor:
             # Up to the end of the context, as vLLM's default, within a bound.
             room = _room(tokenizer, len(prompt.token_ids))
             asked = DEFAULT_CHAT_MAX_TOKENS if room is None else min(DEFAULT_CHAT_MAX_TOKENS, room)
-        return Completion(True, body, tokenizer, prompt.token_ids, asked, record)
+        return Completion(True, body, tokenizer, prompt.token_ids, asked, record, model)
 
-    def _base(self, model: str) -> str | None:
-        """The served model a request's `model` is of (an adapter named by
-        itself is of the one model that has it); None: none served here."""
-        base = self.workers.canonical_model(model).partition(":")[0]
-        return base if base in self.tokenizers else None
+    def _model(self, model: str) -> str | None:
+        """The name a request's `model` is routed under: a served model's
+        own, or `model:adapter` for an adapter named by itself where one
+        model has it; None when it is no served model's. A served model's
+        name never stands for another model's adapter, even while none of
+        its workers is up."""
+        routed = self.workers.canonical_model(model)
+        if model in self.tokenizers and routed != model:
+            return None
+        return routed if routed.partition(":")[0] in self.tokenizers else None
 
-    def _tokenizer(self, model: str, record: RequestRecord) -> ModelTokenizer:
-        base = self._base(model)
-        if base is None:
+    def _tokenizer(self, model: str, record: RequestRecord) -> tuple[str, ModelTokenizer]:
+        """The name `model` is routed under (`_model`), and its tokenizer."""
+        routed = self._model(model)
+        if routed is None:
             raise HttpError(404, f"the model {model!r} does not exist", code="model_not_found")
         record.model = model
-        return self.tokenizers[base]
+        return routed, self.tokenizers[routed.partition(":")[0]]
 
     async def _decode(self, request: Request, kind: type):
         """The body as `kind`, checked: a 400 naming what is wrong, a 413
@@ -182,7 +192,7 @@ class FrontDoor:
                 request.headers.get(SESSION_HEADER), completion.body.user
             )
             _check(completion, self.max_prompt_tokens)
-            record.queue_s = await self.admission.admit(completion.body.model, priority)
+            record.queue_s = await self.admission.admit(completion.model, priority)
             admitted = True
             self.metrics.queued(record)
             chunks = self.generation.stream(

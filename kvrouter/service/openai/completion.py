@@ -47,6 +47,9 @@ class Completion:
     prompt: array
     max_tokens: int
     record: RequestRecord
+    # The name it is routed under (`FrontDoor._model`): the model the body
+    # names, or `model:adapter` for an adapter it names by itself.
+    model: str
     # The conversation it belongs to (`session.session_id`); "" for none.
     session: str = ""
 
@@ -79,7 +82,7 @@ class Completion:
         return gen.GenerateRequest(
             request_id=self.id,
             namespace=body.cache_salt or "",
-            model=body.model,
+            model=self.model,
             sampling=sampling,
             session_id=self.session,
         )

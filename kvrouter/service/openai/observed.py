@@ -23,9 +23,10 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # A model label is what the request named (a served model, and any adapter
-# after its colon, known or not): past this many label sets, requests of a
-# model not yet seen are counted under OTHER_MODEL, so that clients naming
-# made-up adapters cannot grow the router's memory and every scrape.
+# after its colon or by its own name, known or not): past this many label
+# sets, requests of a model not yet seen are counted under OTHER_MODEL, so
+# that clients naming made-up adapters cannot grow the router's memory and
+# every scrape.
 MAX_SERIES = 1024
 OTHER_MODEL = "(other)"
 
