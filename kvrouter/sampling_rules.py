@@ -9,6 +9,9 @@ import math
 # Above 0 (greedy) and below this, logits / temperature can overflow to inf
 # and the softmax turn to NaN (vLLM raises smaller temperatures to this).
 MIN_TEMPERATURE = 1e-2
+# The most alternatives a request may ask log probabilities for (vLLM's
+# default max_logprobs, and OpenAI's top_logprobs limit).
+MAX_LOGPROBS = 20
 
 
 def check_sampling(max_tokens: int, temperature: float, top_p: float, top_k: int) -> None:
@@ -23,6 +26,12 @@ def check_sampling(max_tokens: int, temperature: float, top_p: float, top_k: int
         raise ValueError(f"sampling.top_p must be in (0, 1], got {top_p}")
     if top_k < 0:
         raise ValueError(f"sampling.top_k must be >= 0, got {top_k}")
+
+
+def check_logprobs(logprobs: int | None) -> None:
+    """None asks for no log probabilities; 0 for the chosen token's only."""
+    if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
+        raise ValueError(f"sampling.logprobs must be in [0, {MAX_LOGPROBS}], got {logprobs}")
 
 
 def wire_top_p(top_p: float) -> float:

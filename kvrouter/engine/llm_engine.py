@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from kvrouter.engine.config import EngineConfig, ModelConfig
 from kvrouter.engine.handoff import KvBlocks, KvLayout
 from kvrouter.engine.model_runner import ModelRunner
 from kvrouter.engine.parallel import TensorParallelGroup, init_tensor_parallel
-from kvrouter.engine.sampler import sample
+from kvrouter.engine.sampler import TokenLogprobs, sample, token_logprobs
 from kvrouter.engine.sampling_params import SamplingParams
 from kvrouter.engine.scheduler import ScheduledSequence, Scheduler
 from kvrouter.engine.sequence import RequestTimings, Sequence
@@ -38,6 +38,8 @@ class RequestOutput:
     finished: bool
     finish_reason: str | None
     timings: RequestTimings
+    # One per new token when the request asked for log probabilities.
+    new_logprobs: list[TokenLogprobs] = field(default_factory=list)
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Completion:
     finish_reason: str | None
     num_cached_tokens: int
     timings: RequestTimings
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
 
 
 @dataclass
@@ -152,16 +155,26 @@ class LLMEngine:
         before = {id(item.seq): item.seq.num_tokens for item in batch}
         prepared = self.runner.prepare(batch)
         logits = self.runner.run(prepared)
-        tokens = self._agree(sample(logits, [item.seq for item in prepared.sampling]))
+        sampling = [item.seq for item in prepared.sampling]
+        tokens = self._agree(sample(logits, sampling))
+        for seq, found in zip(sampling, token_logprobs(logits, sampling, tokens), strict=True):
+            if found is not None:
+                seq.output_logprobs.append(found)
         self.scheduler.postprocess(prepared.ordered, tokens)
         outputs = []
         for item in batch:
             seq = item.seq
             new_tokens = seq.token_ids[before[id(seq)] :]
             if new_tokens or seq.is_finished:
+                new_logprobs = seq.output_logprobs[before[id(seq)] - seq.num_prompt_tokens :]
                 outputs.append(
                     RequestOutput(
-                        seq.request_id, new_tokens, seq.is_finished, seq.finish_reason, seq.timings
+                        seq.request_id,
+                        new_tokens,
+                        seq.is_finished,
+                        seq.finish_reason,
+                        seq.timings,
+                        new_logprobs,
                     )
                 )
             if seq.is_finished:
@@ -189,6 +202,7 @@ class LLMEngine:
                 seq.finish_reason,
                 seq.num_cached_tokens,
                 seq.timings,
+                seq.output_logprobs,
             )
             for seq in seqs
         ]

@@ -4,11 +4,16 @@ A row that cannot be sampled (its logits are not finite, or drawing fails)
 gets NO_TOKEN and its sequence records why: that sequence fails alone, and
 the rest of the batch goes on. Non-finite values never reach
 torch.multinomial, which on CUDA would assert and break the device for
-every request."""
+every request.
+
+Log probabilities, for the sequences that ask, are those of the raw logits
+(before temperature, top-k and top-p), as vLLM reports by default: what the
+model thinks of the token, whatever the sampling did."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import torch
 
@@ -17,6 +22,15 @@ from kvrouter.engine.sequence import Sequence
 log = logging.getLogger("kvrouter.engine.sampler")
 
 NO_TOKEN = -1
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """A chosen token's log probability, and the `top` most likely tokens'
+    as (token id, log probability), most likely first."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...]
 
 
 def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
@@ -63,3 +77,31 @@ def _sample_row(logits: torch.Tensor, seq: Sequence) -> int:
     sorted_probs = torch.where(keep, sorted_probs, torch.zeros_like(sorted_probs))
     choice = torch.multinomial(sorted_probs, 1, generator=seq.generator)
     return int(order[choice])
+
+
+def token_logprobs(
+    logits: torch.Tensor, seqs: list[Sequence], tokens: list[int]
+) -> list[TokenLogprobs | None]:
+    """Per row, the log probabilities of `tokens[row]` (as `sample` chose it)
+    for a sequence that asks for them (`SamplingParams.logprobs`); None for
+    the others and for NO_TOKEN. One log-softmax over the rows that ask."""
+    rows = [
+        row
+        for row, seq in enumerate(seqs)
+        if seq.params.logprobs is not None and tokens[row] != NO_TOKEN
+    ]
+    found: list[TokenLogprobs | None] = [None] * len(seqs)
+    if not rows:
+        return found
+    logprobs = torch.log_softmax(logits[rows], dim=-1)
+    chosen = logprobs[torch.arange(len(rows)), [tokens[row] for row in rows]].tolist()
+    widest = max(seqs[row].params.logprobs for row in rows)
+    top_values, top_ids = logprobs.topk(widest, dim=-1) if widest else (None, None)
+    for i, row in enumerate(rows):
+        count = seqs[row].params.logprobs
+        top = ()
+        if count:
+            ids, values = top_ids[i, :count].tolist(), top_values[i, :count].tolist()
+            top = tuple(zip(ids, values, strict=True))
+        found[row] = TokenLogprobs(chosen[i], top)
+    return found

@@ -5,10 +5,14 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from kvrouter.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from kvrouter.engine.sampler import TokenLogprobs
 
 
 class SequenceStatus(enum.Enum):
@@ -79,6 +83,8 @@ class Sequence:
         self.failure: str | None = None
         self.timings = RequestTimings()
         self.generator: torch.Generator | None = None
+        # One per output token when `params.logprobs` is set; empty otherwise.
+        self.output_logprobs: list[TokenLogprobs] = []
 
     @property
     def num_tokens(self) -> int:

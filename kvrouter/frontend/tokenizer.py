@@ -25,6 +25,7 @@ from kvrouter.frontend.detokenizer import Detokenizer
 from kvrouter.frontend.messages import template_messages
 from kvrouter.frontend.model_files import DEFAULT_TEMPLATE, TokenizerFiles, read_tokenizer_files
 from kvrouter.frontend.token_cache import TokenCache
+from kvrouter.frontend.token_text import TokenTexts
 
 TOOL_TEMPLATE = "tool_use"
 # Longer texts are cut and looked up on the pool, not the event loop.
@@ -50,6 +51,8 @@ class ModelTokenizer:
         self.max_model_len = files.max_model_len
         self._templates = {name: ChatTemplate(t) for name, t in files.chat_templates.items()}
         self._executor = executor
+        # Tokens as log probabilities name them.
+        self.token_texts = TokenTexts(files.tokenizer)
 
     @classmethod
     def from_dir(

@@ -25,23 +25,25 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10generation.proto\x12\x0bkvrouter.v1\"\x9f\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\r\x12\x12\n\nmax_tokens\x18\x04 \x01(\r\x12\x16\n\x0estop_token_ids\x18\x05 \x03(\r\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x12\n\nignore_eos\x18\x07 \x01(\x08\x42\x07\n\x05_seed\"\xb0\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x03(\r\x12\x14\n\x0ctokens_u32le\x18\x03 \x01(\x0c\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12-\n\x08sampling\x18\x05 \x01(\x0b\x32\x1b.kvrouter.v1.SamplingParams\x12\r\n\x05model\x18\x06 \x01(\t\x12\x12\n\nsession_id\x18\x07 \x01(\t\"\x88\x02\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x30\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x19.kvrouter.v1.FinishReason\x12\x1b\n\x0eprefill_worker\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x15\n\rdecode_worker\x18\x05 \x01(\x04\x12*\n\x07handoff\x18\x06 \x01(\x0b\x32\x19.kvrouter.v1.HandoffStats\x12(\n\x05stats\x18\x07 \x01(\x0b\x32\x19.kvrouter.v1.RequestStatsB\x11\n\x0f_prefill_worker\"q\n\x0cHandoffStats\x12\x15\n\rblocks_reused\x18\x01 \x01(\r\x12\x1a\n\x12\x62locks_transferred\x18\x02 \x01(\r\x12\x19\n\x11\x62ytes_transferred\x18\x03 \x01(\x04\x12\x13\n\x0btransfer_ms\x18\x04 \x01(\x01\"\x87\x02\n\x0cRequestStats\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\x12\x15\n\routput_tokens\x18\x03 \x01(\r\x12\x10\n\x08queue_ms\x18\x04 \x01(\x01\x12\x12\n\nprefill_ms\x18\x05 \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x06 \x01(\x01\x12\x13\n\x0bmean_itl_ms\x18\x07 \x01(\x01\x12\x12\n\nmax_itl_ms\x18\x08 \x01(\x01\x12\x15\n\rdisaggregated\x18\t \x01(\x08\x12*\n\x07handoff\x18\n \x01(\x0b\x32\x19.kvrouter.v1.HandoffStats\x12\x0f\n\x07retries\x18\x0b \x01(\r*|\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10generation.proto\x12\x0bkvrouter.v1\"\xc3\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\r\x12\x12\n\nmax_tokens\x18\x04 \x01(\r\x12\x16\n\x0estop_token_ids\x18\x05 \x03(\r\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x12\n\nignore_eos\x18\x07 \x01(\x08\x12\x15\n\x08logprobs\x18\x08 \x01(\rH\x01\x88\x01\x01\x42\x07\n\x05_seedB\x0b\n\t_logprobs\"\xb0\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x03(\r\x12\x14\n\x0ctokens_u32le\x18\x03 \x01(\x0c\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12-\n\x08sampling\x18\x05 \x01(\x0b\x32\x1b.kvrouter.v1.SamplingParams\x12\r\n\x05model\x18\x06 \x01(\t\x12\x12\n\nsession_id\x18\x07 \x01(\t\"\xb6\x02\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x30\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x19.kvrouter.v1.FinishReason\x12\x1b\n\x0eprefill_worker\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x15\n\rdecode_worker\x18\x05 \x01(\x04\x12*\n\x07handoff\x18\x06 \x01(\x0b\x32\x19.kvrouter.v1.HandoffStats\x12(\n\x05stats\x18\x07 \x01(\x0b\x32\x19.kvrouter.v1.RequestStats\x12,\n\x08logprobs\x18\x08 \x03(\x0b\x32\x1a.kvrouter.v1.TokenLogprobsB\x11\n\x0f_prefill_worker\"M\n\rTokenLogprobs\x12\x0f\n\x07logprob\x18\x01 \x01(\x02\x12\x15\n\rtop_token_ids\x18\x02 \x03(\r\x12\x14\n\x0ctop_logprobs\x18\x03 \x03(\x02\"q\n\x0cHandoffStats\x12\x15\n\rblocks_reused\x18\x01 \x01(\r\x12\x1a\n\x12\x62locks_transferred\x18\x02 \x01(\r\x12\x19\n\x11\x62ytes_transferred\x18\x03 \x01(\x04\x12\x13\n\x0btransfer_ms\x18\x04 \x01(\x01\"\x87\x02\n\x0cRequestStats\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\x12\x15\n\routput_tokens\x18\x03 \x01(\r\x12\x10\n\x08queue_ms\x18\x04 \x01(\x01\x12\x12\n\nprefill_ms\x18\x05 \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x06 \x01(\x01\x12\x13\n\x0bmean_itl_ms\x18\x07 \x01(\x01\x12\x12\n\nmax_itl_ms\x18\x08 \x01(\x01\x12\x15\n\rdisaggregated\x18\t \x01(\x08\x12*\n\x07handoff\x18\n \x01(\x0b\x32\x19.kvrouter.v1.HandoffStats\x12\x0f\n\x07retries\x18\x0b \x01(\r*|\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'generation_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FINISHREASON']._serialized_start=1022
-  _globals['_FINISHREASON']._serialized_end=1146
+  _globals['_FINISHREASON']._serialized_start=1183
+  _globals['_FINISHREASON']._serialized_end=1307
   _globals['_SAMPLINGPARAMS']._serialized_start=34
-  _globals['_SAMPLINGPARAMS']._serialized_end=193
-  _globals['_GENERATEREQUEST']._serialized_start=196
-  _globals['_GENERATEREQUEST']._serialized_end=372
-  _globals['_GENERATERESPONSE']._serialized_start=375
-  _globals['_GENERATERESPONSE']._serialized_end=639
-  _globals['_HANDOFFSTATS']._serialized_start=641
-  _globals['_HANDOFFSTATS']._serialized_end=754
-  _globals['_REQUESTSTATS']._serialized_start=757
-  _globals['_REQUESTSTATS']._serialized_end=1020
+  _globals['_SAMPLINGPARAMS']._serialized_end=229
+  _globals['_GENERATEREQUEST']._serialized_start=232
+  _globals['_GENERATEREQUEST']._serialized_end=408
+  _globals['_GENERATERESPONSE']._serialized_start=411
+  _globals['_GENERATERESPONSE']._serialized_end=721
+  _globals['_TOKENLOGPROBS']._serialized_start=723
+  _globals['_TOKENLOGPROBS']._serialized_end=800
+  _globals['_HANDOFFSTATS']._serialized_start=802
+  _globals['_HANDOFFSTATS']._serialized_end=915
+  _globals['_REQUESTSTATS']._serialized_start=918
+  _globals['_REQUESTSTATS']._serialized_end=1181
 # @@protoc_insertion_point(module_scope)

@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from kvrouter.proto_gen import generation_pb2 as generation__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cworker.proto\x12\x0bkvrouter.v1\x1a\x10generation.proto\"\x8b\x01\n\x08KvLayout\x12\x12\n\nnum_layers\x18\x01 \x01(\r\x12\x14\n\x0cnum_kv_heads\x18\x02 \x01(\r\x12\x10\n\x08head_dim\x18\x03 \x01(\r\x12\x12\n\nblock_size\x18\x04 \x01(\r\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x0f\n\x07tp_rank\x18\x06 \x01(\r\x12\x0f\n\x07tp_size\x18\x07 \x01(\r\"?\n\x0ePrefillRequest\x12-\n\x07request\x18\x01 \x01(\x0b\x32\x1c.kvrouter.v1.GenerateRequest\"\xe1\x01\n\x11HandoffDescriptor\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x16\n\x0eprefill_worker\x18\x02 \x01(\x04\x12\x17\n\x0fprefill_address\x18\x03 \x01(\t\x12\x11\n\tblock_ids\x18\x04 \x03(\x04\x12\x12\n\nseq_hashes\x18\x05 \x03(\x04\x12\x12\n\nnum_tokens\x18\x06 \x01(\r\x12\x13\n\x0b\x66irst_token\x18\x07 \x01(\r\x12%\n\x06layout\x18\x08 \x01(\x0b\x32\x15.kvrouter.v1.KvLayout\x12\x10\n\x08lease_ms\x18\t \x01(\r\"\x9e\x01\n\x0fPrefillResponse\x12/\n\x07handoff\x18\x01 \x01(\x0b\x32\x1e.kvrouter.v1.HandoffDescriptor\x12\x30\n\rfinish_reason\x18\x02 \x01(\x0e\x32\x19.kvrouter.v1.FinishReason\x12(\n\x05stats\x18\x03 \x01(\x0b\x32\x19.kvrouter.v1.RequestStats\"o\n\rDecodeRequest\x12-\n\x07request\x18\x01 \x01(\x0b\x32\x1c.kvrouter.v1.GenerateRequest\x12/\n\x07handoff\x18\x02 \x01(\x0b\x32\x1e.kvrouter.v1.HandoffDescriptor\"T\n\x12\x46\x65tchBlocksRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tblock_ids\x18\x02 \x03(\x04\x12\x17\n\x0fmax_chunk_bytes\x18\x03 \x01(\r\"K\n\nBlockChunk\x12\x10\n\x08\x62lock_id\x18\x01 \x01(\x04\x12\r\n\x05layer\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"$\n\x0eReleaseRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x11\n\x0fReleaseResponse\"\x0f\n\rStatusRequest\"\xd0\x01\n\x0eStatusResponse\x12\x11\n\tworker_id\x18\x01 \x01(\x04\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x18\n\x10running_requests\x18\x03 \x01(\r\x12\x18\n\x10waiting_requests\x18\x04 \x01(\r\x12\x0e\n\x06leases\x18\x05 \x01(\r\x12\x15\n\rleased_blocks\x18\x06 \x01(\r\x12\x15\n\rblocks_in_use\x18\x07 \x01(\r\x12\x14\n\x0ctotal_blocks\x18\x08 \x01(\r\x12\x15\n\rcached_blocks\x18\t \x01(\r2\xb4\x03\n\x06Worker\x12I\n\x08Generate\x12\x1c.kvrouter.v1.GenerateRequest\x1a\x1d.kvrouter.v1.GenerateResponse0\x01\x12\x44\n\x07Prefill\x12\x1b.kvrouter.v1.PrefillRequest\x1a\x1c.kvrouter.v1.PrefillResponse\x12\x45\n\x06\x44\x65\x63ode\x12\x1a.kvrouter.v1.DecodeRequest\x1a\x1d.kvrouter.v1.GenerateResponse0\x01\x12I\n\x0b\x46\x65tchBlocks\x12\x1f.kvrouter.v1.FetchBlocksRequest\x1a\x17.kvrouter.v1.BlockChunk0\x01\x12\x44\n\x07Release\x12\x1b.kvrouter.v1.ReleaseRequest\x1a\x1c.kvrouter.v1.ReleaseResponse\x12\x41\n\x06Status\x12\x1a.kvrouter.v1.StatusRequest\x1a\x1b.kvrouter.v1.StatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cworker.proto\x12\x0bkvrouter.v1\x1a\x10generation.proto\"\x8b\x01\n\x08KvLayout\x12\x12\n\nnum_layers\x18\x01 \x01(\r\x12\x14\n\x0cnum_kv_heads\x18\x02 \x01(\r\x12\x10\n\x08head_dim\x18\x03 \x01(\r\x12\x12\n\nblock_size\x18\x04 \x01(\r\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x0f\n\x07tp_rank\x18\x06 \x01(\r\x12\x0f\n\x07tp_size\x18\x07 \x01(\r\"?\n\x0ePrefillRequest\x12-\n\x07request\x18\x01 \x01(\x0b\x32\x1c.kvrouter.v1.GenerateRequest\"\x95\x02\n\x11HandoffDescriptor\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x16\n\x0eprefill_worker\x18\x02 \x01(\x04\x12\x17\n\x0fprefill_address\x18\x03 \x01(\t\x12\x11\n\tblock_ids\x18\x04 \x03(\x04\x12\x12\n\nseq_hashes\x18\x05 \x03(\x04\x12\x12\n\nnum_tokens\x18\x06 \x01(\r\x12\x13\n\x0b\x66irst_token\x18\x07 \x01(\r\x12%\n\x06layout\x18\x08 \x01(\x0b\x32\x15.kvrouter.v1.KvLayout\x12\x10\n\x08lease_ms\x18\t \x01(\r\x12\x32\n\x0e\x66irst_logprobs\x18\n \x01(\x0b\x32\x1a.kvrouter.v1.TokenLogprobs\"\x9e\x01\n\x0fPrefillResponse\x12/\n\x07handoff\x18\x01 \x01(\x0b\x32\x1e.kvrouter.v1.HandoffDescriptor\x12\x30\n\rfinish_reason\x18\x02 \x01(\x0e\x32\x19.kvrouter.v1.FinishReason\x12(\n\x05stats\x18\x03 \x01(\x0b\x32\x19.kvrouter.v1.RequestStats\"o\n\rDecodeRequest\x12-\n\x07request\x18\x01 \x01(\x0b\x32\x1c.kvrouter.v1.GenerateRequest\x12/\n\x07handoff\x18\x02 \x01(\x0b\x32\x1e.kvrouter.v1.HandoffDescriptor\"T\n\x12\x46\x65tchBlocksRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tblock_ids\x18\x02 \x03(\x04\x12\x17\n\x0fmax_chunk_bytes\x18\x03 \x01(\r\"K\n\nBlockChunk\x12\x10\n\x08\x62lock_id\x18\x01 \x01(\x04\x12\r\n\x05layer\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"$\n\x0eReleaseRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x11\n\x0fReleaseResponse\"\x0f\n\rStatusRequest\"\xd0\x01\n\x0eStatusResponse\x12\x11\n\tworker_id\x18\x01 \x01(\x04\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x18\n\x10running_requests\x18\x03 \x01(\r\x12\x18\n\x10waiting_requests\x18\x04 \x01(\r\x12\x0e\n\x06leases\x18\x05 \x01(\r\x12\x15\n\rleased_blocks\x18\x06 \x01(\r\x12\x15\n\rblocks_in_use\x18\x07 \x01(\r\x12\x14\n\x0ctotal_blocks\x18\x08 \x01(\r\x12\x15\n\rcached_blocks\x18\t \x01(\r2\xb4\x03\n\x06Worker\x12I\n\x08Generate\x12\x1c.kvrouter.v1.GenerateRequest\x1a\x1d.kvrouter.v1.GenerateResponse0\x01\x12\x44\n\x07Prefill\x12\x1b.kvrouter.v1.PrefillRequest\x1a\x1c.kvrouter.v1.PrefillResponse\x12\x45\n\x06\x44\x65\x63ode\x12\x1a.kvrouter.v1.DecodeRequest\x1a\x1d.kvrouter.v1.GenerateResponse0\x01\x12I\n\x0b\x46\x65tchBlocks\x12\x1f.kvrouter.v1.FetchBlocksRequest\x1a\x17.kvrouter.v1.BlockChunk0\x01\x12\x44\n\x07Release\x12\x1b.kvrouter.v1.ReleaseRequest\x1a\x1c.kvrouter.v1.ReleaseResponse\x12\x41\n\x06Status\x12\x1a.kvrouter.v1.StatusRequest\x1a\x1b.kvrouter.v1.StatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,23 +38,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PREFILLREQUEST']._serialized_start=189
   _globals['_PREFILLREQUEST']._serialized_end=252
   _globals['_HANDOFFDESCRIPTOR']._serialized_start=255
-  _globals['_HANDOFFDESCRIPTOR']._serialized_end=480
-  _globals['_PREFILLRESPONSE']._serialized_start=483
-  _globals['_PREFILLRESPONSE']._serialized_end=641
-  _globals['_DECODEREQUEST']._serialized_start=643
-  _globals['_DECODEREQUEST']._serialized_end=754
-  _globals['_FETCHBLOCKSREQUEST']._serialized_start=756
-  _globals['_FETCHBLOCKSREQUEST']._serialized_end=840
-  _globals['_BLOCKCHUNK']._serialized_start=842
-  _globals['_BLOCKCHUNK']._serialized_end=917
-  _globals['_RELEASEREQUEST']._serialized_start=919
-  _globals['_RELEASEREQUEST']._serialized_end=955
-  _globals['_RELEASERESPONSE']._serialized_start=957
-  _globals['_RELEASERESPONSE']._serialized_end=974
-  _globals['_STATUSREQUEST']._serialized_start=976
-  _globals['_STATUSREQUEST']._serialized_end=991
-  _globals['_STATUSRESPONSE']._serialized_start=994
-  _globals['_STATUSRESPONSE']._serialized_end=1202
-  _globals['_WORKER']._serialized_start=1205
-  _globals['_WORKER']._serialized_end=1641
+  _globals['_HANDOFFDESCRIPTOR']._serialized_end=532
+  _globals['_PREFILLRESPONSE']._serialized_start=535
+  _globals['_PREFILLRESPONSE']._serialized_end=693
+  _globals['_DECODEREQUEST']._serialized_start=695
+  _globals['_DECODEREQUEST']._serialized_end=806
+  _globals['_FETCHBLOCKSREQUEST']._serialized_start=808
+  _globals['_FETCHBLOCKSREQUEST']._serialized_end=892
+  _globals['_BLOCKCHUNK']._serialized_start=894
+  _globals['_BLOCKCHUNK']._serialized_end=969
+  _globals['_RELEASEREQUEST']._serialized_start=971
+  _globals['_RELEASEREQUEST']._serialized_end=1007
+  _globals['_RELEASERESPONSE']._serialized_start=1009
+  _globals['_RELEASERESPONSE']._serialized_end=1026
+  _globals['_STATUSREQUEST']._serialized_start=1028
+  _globals['_STATUSREQUEST']._serialized_end=1043
+  _globals['_STATUSRESPONSE']._serialized_start=1046
+  _globals['_STATUSRESPONSE']._serialized_end=1254
+  _globals['_WORKER']._serialized_start=1257
+  _globals['_WORKER']._serialized_end=1693
 # @@protoc_insertion_point(module_scope)

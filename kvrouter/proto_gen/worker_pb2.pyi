@@ -33,7 +33,7 @@ class PrefillRequest(_message.Message):
     def __init__(self, request: _Optional[_Union[_generation_pb2.GenerateRequest, _Mapping]] = ...) -> None: ...
 
 class HandoffDescriptor(_message.Message):
-    __slots__ = ("request_id", "prefill_worker", "prefill_address", "block_ids", "seq_hashes", "num_tokens", "first_token", "layout", "lease_ms")
+    __slots__ = ("request_id", "prefill_worker", "prefill_address", "block_ids", "seq_hashes", "num_tokens", "first_token", "layout", "lease_ms", "first_logprobs")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PREFILL_WORKER_FIELD_NUMBER: _ClassVar[int]
     PREFILL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class HandoffDescriptor(_message.Message):
     FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prefill_worker: int
     prefill_address: str
@@ -52,7 +53,8 @@ class HandoffDescriptor(_message.Message):
     first_token: int
     layout: KvLayout
     lease_ms: int
-    def __init__(self, request_id: _Optional[str] = ..., prefill_worker: _Optional[int] = ..., prefill_address: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., seq_hashes: _Optional[_Iterable[int]] = ..., num_tokens: _Optional[int] = ..., first_token: _Optional[int] = ..., layout: _Optional[_Union[KvLayout, _Mapping]] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+    first_logprobs: _generation_pb2.TokenLogprobs
+    def __init__(self, request_id: _Optional[str] = ..., prefill_worker: _Optional[int] = ..., prefill_address: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., seq_hashes: _Optional[_Iterable[int]] = ..., num_tokens: _Optional[int] = ..., first_token: _Optional[int] = ..., layout: _Optional[_Union[KvLayout, _Mapping]] = ..., lease_ms: _Optional[int] = ..., first_logprobs: _Optional[_Union[_generation_pb2.TokenLogprobs, _Mapping]] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
     __slots__ = ("handoff", "finish_reason", "stats")

@@ -8,6 +8,7 @@ from kvrouter._core import check_namespace as core_check_namespace
 from kvrouter._core import prompt_length
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import router_pb2 as pb
+from kvrouter.sampling_rules import check_logprobs
 from kvrouter.sampling_rules import check_sampling as check_sampling_values
 from kvrouter.sampling_rules import wire_top_p
 from kvrouter.service.errors import invalid
@@ -62,5 +63,6 @@ def check_sampling(sampling: gen.SamplingParams) -> None:
         check_sampling_values(
             sampling.max_tokens, sampling.temperature, wire_top_p(sampling.top_p), sampling.top_k
         )
+        check_logprobs(sampling.logprobs if sampling.HasField("logprobs") else None)
     except ValueError as e:
         raise invalid(str(e)) from None

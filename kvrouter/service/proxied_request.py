@@ -143,10 +143,15 @@ class ProxiedRequest:
         self.ctx.policy.prefill_done(self.request_id)
         if prefill is not None:
             first = [prefill.handoff.first_token]
+            first_logprobs = (
+                [prefill.handoff.first_logprobs]
+                if prefill.handoff.HasField("first_logprobs")
+                else ()
+            )
             if prefill.finish_reason:
-                yield self._chunk(first, prefill.finish_reason, prefill.stats)
+                yield self._chunk(first, prefill.finish_reason, prefill.stats, first_logprobs)
                 return
-            yield self._chunk(first)
+            yield self._chunk(first, logprobs=first_logprobs)
             handoff = prefill.handoff
         async with aclosing(self._decode(handoff)) as chunks:
             async for chunk in chunks:
@@ -270,7 +275,9 @@ class ProxiedRequest:
                         acked = True
                         self._acknowledged(message.handoff)
                         continue
-                    yield self._chunk(list(message.token_ids), message.finish_reason)
+                    yield self._chunk(
+                        list(message.token_ids), message.finish_reason, logprobs=message.logprobs
+                    )
                     if message.finish_reason:
                         return
         except WorkerFailure as f:
@@ -322,7 +329,9 @@ class ProxiedRequest:
                         stats.cached_tokens,
                         stats.prefill_ms,
                     )
-                yield self._chunk(list(message.token_ids), message.finish_reason, stats)
+                yield self._chunk(
+                    list(message.token_ids), message.finish_reason, stats, message.logprobs
+                )
                 if message.finish_reason:
                     return
         raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, "the stream ended early")
@@ -454,13 +463,19 @@ class ProxiedRequest:
             self.lease = None
             self.ctx.release_later(address, self.request_id)
 
-    def _chunk(self, tokens: list[int], finish_reason=0, worker_stats=None) -> gen.GenerateResponse:
+    def _chunk(
+        self, tokens: list[int], finish_reason=0, worker_stats=None, logprobs=()
+    ) -> gen.GenerateResponse:
+        """The client's chunk of `tokens`, with their `logprobs` (as many
+        gen.TokenLogprobs, or none when the request did not ask)."""
         if tokens:
             self.generated += tokens
             self.token_times.append(time.perf_counter())
         response = gen.GenerateResponse(
             request_id=self.request_id, token_ids=tokens, decode_worker=self.decode_worker
         )
+        if logprobs:
+            response.logprobs.extend(logprobs)
         if self.prefill_worker is not None:
             response.prefill_worker = self.prefill_worker
         if finish_reason:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvrouter.engine import KvLayout, SamplingParams
+from kvrouter.engine.sampler import TokenLogprobs
 from kvrouter.engine.sequence import RequestTimings
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import worker_pb2 as wpb
@@ -42,6 +43,15 @@ def sampling_params(sampling: gen.SamplingParams) -> SamplingParams:
         seed=sampling.seed if sampling.HasField("seed") else None,
         ignore_eos=sampling.ignore_eos,
         stop_token_ids=tuple(sampling.stop_token_ids),
+        logprobs=sampling.logprobs if sampling.HasField("logprobs") else None,
+    )
+
+
+def logprobs_message(found: TokenLogprobs) -> gen.TokenLogprobs:
+    return gen.TokenLogprobs(
+        logprob=found.logprob,
+        top_token_ids=[token for token, _ in found.top],
+        top_logprobs=[logprob for _, logprob in found.top],
     )
 
 

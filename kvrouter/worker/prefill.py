@@ -10,7 +10,12 @@ import grpc
 
 from kvrouter.engine import KvLayout
 from kvrouter.proto_gen import worker_pb2 as wpb
-from kvrouter.worker.convert import FINISH_REASONS, layout_message, request_stats
+from kvrouter.worker.convert import (
+    FINISH_REASONS,
+    layout_message,
+    logprobs_message,
+    request_stats,
+)
 from kvrouter.worker.leases import LeaseTable
 from kvrouter.worker.requests import Requests, abort_for
 from kvrouter.worker.transfer import block_chunks
@@ -71,6 +76,8 @@ class PrefillSide:
             ),
             stats=request_stats(seq.timings, len(prompt), seq.num_cached_tokens, 1),
         )
+        if seq.output_logprobs:
+            response.handoff.first_logprobs.CopyFrom(logprobs_message(seq.output_logprobs[0]))
         if lease is None:
             response.finish_reason = FINISH_REASONS[seq.finish_reason]
         return response

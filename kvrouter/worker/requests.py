@@ -13,7 +13,13 @@ import grpc
 from kvrouter.engine import SamplingParams
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.worker.config import WorkerConfig
-from kvrouter.worker.convert import FINISH_REASONS, prompt_tokens, request_stats, sampling_params
+from kvrouter.worker.convert import (
+    FINISH_REASONS,
+    logprobs_message,
+    prompt_tokens,
+    request_stats,
+    sampling_params,
+)
 from kvrouter.worker.engine_loop import EngineFailure, EngineLoop, RequestHandle, SequenceFailed
 
 
@@ -89,6 +95,7 @@ class Requests:
                     request_id=request_id,
                     token_ids=output.new_token_ids,
                     decode_worker=self.identity.worker_id,
+                    logprobs=[logprobs_message(found) for found in output.new_logprobs],
                 )
                 if finished:
                     seq = handle.seq

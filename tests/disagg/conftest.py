@@ -6,7 +6,7 @@ lease or a pinned block."""
 from __future__ import annotations
 
 import pytest
-from greedy_reference import greedy_reference
+from greedy_reference import greedy_reference, greedy_scored
 from waiting import wait_until
 
 from kvrouter.demo.cluster import LocalCluster
@@ -25,6 +25,11 @@ def tiny_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def reference(tiny_model):
     return greedy_reference(tiny_model)
+
+
+@pytest.fixture(scope="session")
+def scored(tiny_model):
+    return greedy_scored(tiny_model)
 
 
 def start_cluster(

@@ -155,6 +155,21 @@ def test_a_client_gone_mid_stream_frees_the_workers(front_door, client):
 
 
 @pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"top_logprobs": 2}, "needs logprobs: true"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"logprobs": 3}, "logprobs must be true or false"),
+    ],
+)
+def test_bad_chat_logprobs_are_a_400(front_door, fields, says):
+    _, base = front_door
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **fields}
+    got, _, answer = http_post(base + "/v1/chat/completions", json.dumps(body).encode())
+    assert (got, says in answer["error"]["message"]) == (400, True)
+
+
+@pytest.mark.parametrize(
     ("body", "status", "says"),
     [
         ({"model": "nope", "prompt": "hi"}, 404, "does not exist"),
@@ -171,7 +186,9 @@ def test_a_client_gone_mid_stream_frees_the_workers(front_door, client):
         ({"model": MODEL, "prompt": "hi", "max_tokens": 5_000_000_000}, 400, "max_tokens"),
         ({"model": MODEL, "prompt": "hi", "max_tokens": 2048}, 400, "context is 2048 tokens"),
         ({"model": MODEL, "prompt": "hi", "echo": True}, 400, "echo"),
-        ({"model": MODEL, "prompt": "hi", "logprobs": 0}, 400, "logprobs"),
+        ({"model": MODEL, "prompt": "hi", "logprobs": 21}, 400, "logprobs"),
+        ({"model": MODEL, "prompt": "hi", "logprobs": True}, 400, "logprobs"),
+        ({"model": MODEL, "prompt": "hi", "top_logprobs": 2}, 400, "top_logprobs"),
         ({"model": MODEL, "prompt": 7}, 400, "prompt"),
         ({"model": MODEL, "prompt": [1, -2]}, 400, "prompt"),
         ({"model": MODEL, "prompt": [1, True]}, 400, "prompt"),
@@ -184,6 +201,59 @@ def test_bad_requests_get_their_status_and_an_openai_body(front_door, body, stat
     assert got == status
     assert says in answer["error"]["message"]
     assert set(answer["error"]) == {"message", "type", "param", "code"}
+
+
+# Prompts up to 64 tokens prefill on the decode worker (the router's
+# KVROUTER_POLICY_LOCAL_PREFILL_MAX_TOKENS here); longer ones on the prefill
+# worker, whose first token comes through the hand-off.
+LOGPROB_PROMPTS = ["Hello, world!", "The quick brown fox jumps over the lazy dog. " * 3]
+
+
+@pytest.mark.parametrize("prompt", LOGPROB_PROMPTS, ids=["one-worker", "prefill-decode"])
+def test_completion_logprobs_are_the_engines(client, tokenizer, scored, prompt):
+    tokens = tokenizer.encode(prompt)
+    ids, want = scored(tokens, 6, 3)
+    answer = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=6, logprobs=3, **GREEDY
+    )
+    got = answer.choices[0].logprobs
+    texts = [tokenizer.token_texts.of(t)[0] for t in ids]
+    assert got.tokens == texts
+    assert got.token_logprobs == pytest.approx([w.logprob for w in want], abs=1e-4)
+    assert got.text_offset == [sum(map(len, texts[:i])) for i in range(len(texts))]
+    for top, w, text in zip(got.top_logprobs, want, texts, strict=True):
+        expected = {tokenizer.token_texts.of(t)[0]: lp for t, lp in w.top}
+        expected.setdefault(text, w.logprob)
+        assert top == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.parametrize("prompt", LOGPROB_PROMPTS, ids=["one-worker", "prefill-decode"])
+def test_streamed_chat_logprobs_are_the_engines_with_each_tokens_bytes(
+    client, tokenizer, scored, prompt
+):
+    messages = [{"role": "user", "content": prompt}]
+    ids, want = scored(tokenizer.render_and_encode(messages).token_ids, 8, 2)
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=8,
+        stream=True,
+        logprobs=True,
+        top_logprobs=2,
+        **GREEDY,
+    )
+    entries = [e for c in stream if c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [bytes(e.bytes) for e in entries] == [tokenizer.token_texts.of(t)[1] for t in ids]
+    assert [e.logprob for e in entries] == pytest.approx([w.logprob for w in want], abs=1e-4)
+    for entry, w in zip(entries, want, strict=True):
+        top = [(bytes(t.bytes), t.logprob) for t in entry.top_logprobs]
+        assert [b for b, _ in top] == [tokenizer.token_texts.of(t)[1] for t, _ in w.top]
+        assert [lp for _, lp in top] == pytest.approx([lp for _, lp in w.top], abs=1e-4)
+
+
+def test_no_logprobs_unless_asked(client):
+    answer = client.completions.create(model=MODEL, prompt="hi", max_tokens=2, **GREEDY)
+    assert answer.choices[0].logprobs is None
 
 
 def test_nulls_and_vllms_conventions_are_taken(client):

@@ -213,3 +213,22 @@ def test_prompt_logits_agree_with_generation(tiny_llama, reference_tokens):
     engine = make_engine(tiny_llama)
     logits = engine.prompt_logits(PROMPTS[0])
     assert int(torch.argmax(logits[-1])) == reference_tokens[0][0]
+
+
+def test_logprobs_of_generated_tokens_are_the_model_s(tiny_llama, reference_tokens):
+    # Batched with a request that asks for none, and chunked: each token's
+    # log probability is the log-softmax of the logits after its prefix.
+    engine = make_engine(tiny_llama, max_num_batched_tokens=8)
+    asks = SamplingParams(max_tokens=10, ignore_eos=True, logprobs=3)
+    with_logprobs, without = engine.generate(PROMPTS[:2], [asks, GREEDY])
+    assert with_logprobs.token_ids == reference_tokens[0]
+    assert without.logprobs == []
+    logits = engine.prompt_logits(PROMPTS[0] + with_logprobs.token_ids[:-1])
+    expected = torch.log_softmax(logits[len(PROMPTS[0]) - 1 :], dim=-1)
+    assert len(with_logprobs.logprobs) == len(with_logprobs.token_ids)
+    for row, token, found in zip(expected, with_logprobs.token_ids, with_logprobs.logprobs):
+        assert found.logprob == pytest.approx(row[token].item(), abs=1e-4)
+        top_ids = [token_id for token_id, _ in found.top]
+        assert top_ids[0] == token  # greedy: the chosen token is the most likely
+        assert [lp for _, lp in found.top] == pytest.approx(row[top_ids].tolist(), abs=1e-4)
+        assert len(found.top) == 3

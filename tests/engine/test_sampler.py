@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from kvrouter.engine.sampler import NO_TOKEN, sample
+from kvrouter.engine.sampler import NO_TOKEN, sample, token_logprobs
 from kvrouter.engine.sampling_params import SamplingParams
 from kvrouter.engine.sequence import Sequence
 
@@ -64,8 +64,28 @@ def test_a_row_with_non_finite_logits_fails_alone():
         ("top_p", float("nan")),
         ("top_k", -1),
         ("max_tokens", 0),
+        ("logprobs", -1),
+        ("logprobs", 21),
     ],
 )
 def test_bad_settings_are_refused(field, value):
     with pytest.raises(ValueError, match=f"sampling.{field}"):
         SamplingParams(**{field: value})
+
+
+def test_logprobs_are_the_raw_distribution_s_whatever_the_sampling():
+    # Temperature and top-k change the draw, not the log probabilities reported.
+    asks = Sequence("asks", [1], SamplingParams(temperature=0.5, top_k=2, seed=0, logprobs=2))
+    quiet = Sequence("quiet", [1], SamplingParams())
+    logits = LOGITS.repeat(2, 1)
+    found = token_logprobs(logits, [asks, quiet], [0, 1])
+    assert found[1] is None
+    assert found[0].logprob == pytest.approx(math.log(0.3))
+    assert [token for token, _ in found[0].top] == [1, 0]
+    assert [lp for _, lp in found[0].top] == pytest.approx([math.log(0.5), math.log(0.3)])
+
+
+def test_logprobs_zero_gives_the_chosen_token_s_alone_and_no_token_none():
+    seq = Sequence("r", [1], SamplingParams(logprobs=0))
+    assert token_logprobs(LOGITS, [seq], [3])[0].top == ()
+    assert token_logprobs(LOGITS, [seq], [NO_TOKEN]) == [None]

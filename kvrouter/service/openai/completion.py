@@ -1,7 +1,8 @@
 """One front-door request from its tokens to its answer: the proxied
 Generate's chunks turned into text (detokenized, cut at stop strings and
-stop token ids), as OpenAI's completion or chat-completion objects,
-streamed as server-sent events or answered whole."""
+stop token ids), with the tokens' log probabilities when asked, as OpenAI's
+completion or chat-completion objects, streamed as server-sent events or
+answered whole."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from kvrouter.frontend import ModelTokenizer, TextStream
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.service.errors import ServiceError
 from kvrouter.service.openai.errors import HttpError
+from kvrouter.service.openai.logprobs import LogprobsWriter
 from kvrouter.service.openai.observed import RequestRecord
 from kvrouter.service.openai.requests import _Sampling
 
@@ -29,6 +31,8 @@ FINISH_REASONS = {gen.FINISH_REASON_STOP: "stop", gen.FINISH_REASON_LENGTH: "len
 DONE = b"data: [DONE]\n\n"
 # The proxied Generate's stream (GenerationProxy.stream).
 Chunks = AsyncIterator[gen.GenerateResponse]
+# Tokens and their log probabilities (gen.TokenLogprobs), one each.
+Scored = tuple[list[int], list]
 # Request ids: this process's random prefix and a count, unique across
 # routers without a system call per request (as uuid4's urandom is).
 _ID_PREFIX = os.urandom(8).hex()
@@ -64,6 +68,7 @@ class Completion:
         # unless it asks to ignore them.
         eos = [] if self.body.ignore_eos else self.tokenizer.eos_token_ids
         self.stop_token_ids = sorted({*(self.body.stop_token_ids or ()), *eos})
+        self.logprobs = self.body.logprobs_count()
 
     def generate_request(self) -> gen.GenerateRequest:
         """The proxied Generate's request, without the prompt's ids: they go
@@ -79,6 +84,8 @@ class Completion:
         )
         if body.sampling_seed is not None:
             sampling.seed = body.sampling_seed
+        if self.logprobs is not None:
+            sampling.logprobs = self.logprobs
         return gen.GenerateRequest(
             request_id=self.id,
             namespace=body.cache_salt or "",
@@ -88,13 +95,16 @@ class Completion:
         )
 
     async def texts(self, first: gen.GenerateResponse | None, chunks: Chunks):
-        """(text, finish_reason) pieces of `first` and then `chunks`;
-        finish_reason on the last only. A stop string or stop token id ends
-        it early, which closes `chunks` and so cancels the request on its
-        worker; otherwise `chunks` runs to its end, and the request is
-        finished. A request its worker aborted is a ServiceError
-        (UNAVAILABLE), not an answer."""
+        """(text, finish_reason, scored) pieces of `first` and then `chunks`;
+        finish_reason on the last only; `scored`, when the request asked for
+        log probabilities, the tokens since the last piece with theirs
+        (text held back for a stop string waits with them). A stop string
+        or stop token id ends it early, which closes `chunks` and so cancels
+        the request on its worker; otherwise `chunks` runs to its end, and
+        the request is finished. A request its worker aborted is a
+        ServiceError (UNAVAILABLE), not an answer."""
         record = self.record
+        scored: Scored | None = None if self.logprobs is None else ([], [])
         async with aclosing(chunks):
             text = TextStream(
                 self.tokenizer.detokenizer(),
@@ -111,16 +121,19 @@ class Completion:
                     raise ServiceError(
                         grpc.StatusCode.UNAVAILABLE, "the worker aborted the request; retry it"
                     )
+                if scored is not None and chunk.token_ids:
+                    _score(scored, chunk)
                 piece = text.feed(chunk.token_ids)
                 if text.stopped:
                     record.finish_reason = "stop"
-                    yield piece, "stop"
+                    yield piece, "stop", scored
                     return
                 if chunk.finish_reason:
                     record.finish_reason = FINISH_REASONS[chunk.finish_reason]
-                    yield piece + text.finish(), record.finish_reason
+                    yield piece + text.finish(), record.finish_reason, scored
                 elif piece:
-                    yield piece, None
+                    yield piece, None, scored
+                    scored = None if scored is None else ([], [])
                 chunk = await anext(chunks, None)
 
     def usage(self) -> dict:
@@ -135,14 +148,25 @@ class Completion:
         }
 
     def _choice(
-        self, text: str, finish_reason: str | None, *, delta: bool, first: bool = True
+        self,
+        text: str,
+        finish_reason: str | None,
+        logprobs: dict | None,
+        *,
+        delta: bool,
+        first: bool = True,
     ) -> dict:
         if not self.chat:
-            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
         # A stream names the role in its first delta only, as OpenAI's does.
         message = {"role": "assistant", "content": text} if first else {"content": text}
         key = "delta" if delta else "message"
-        return {"index": 0, key: message, "logprobs": None, "finish_reason": finish_reason}
+        return {"index": 0, key: message, "logprobs": logprobs, "finish_reason": finish_reason}
+
+    def _writer(self) -> LogprobsWriter | None:
+        if self.logprobs is None:
+            return None
+        return LogprobsWriter(self.tokenizer.token_texts, chat=self.chat)
 
     def _object(self, choices: list, *, chunk: bool) -> dict:
         kind = ("chat.completion" if self.chat else "text_completion") + (
@@ -159,15 +183,21 @@ class Completion:
     async def whole(self, first: gen.GenerateResponse | None, chunks: Chunks) -> dict:
         """The answer as one object. HttpError when the request fails."""
         parts, finish_reason = [], None
+        every: Scored = ([], [])
         try:
-            async for piece, reason in self.texts(first, chunks):
+            async for piece, reason, scored in self.texts(first, chunks):
                 parts.append(piece)
                 finish_reason = reason
+                if scored is not None:
+                    every[0].extend(scored[0])
+                    every[1].extend(scored[1])
         except ServiceError as e:
             error = HttpError.from_grpc(e.code, e.message)
             self.record.failed(error.status, error.message)
             raise error from None
-        choice = self._choice("".join(parts), finish_reason, delta=False)
+        writer = self._writer()
+        logprobs = None if writer is None else writer.write(*every)
+        choice = self._choice("".join(parts), finish_reason, logprobs, delta=False)
         answer = self._object([choice], chunk=False)
         return {**answer, "usage": self.usage()}
 
@@ -177,9 +207,11 @@ class Completion:
         options = self.body.stream_options
         include_usage = bool(options and options.include_usage)
         opening = True
+        writer = self._writer()
         try:
-            async for piece, reason in self.texts(first, chunks):
-                choice = self._choice(piece, reason, delta=True, first=opening)
+            async for piece, reason, scored in self.texts(first, chunks):
+                logprobs = None if writer is None else writer.write(*scored)
+                choice = self._choice(piece, reason, logprobs, delta=True, first=opening)
                 yield _event(self._object([choice], chunk=True))
                 opening = False
         except ServiceError as e:
@@ -195,6 +227,18 @@ class Completion:
         """The error event of a stream that fails after it began."""
         self.record.failed(error.status, error.message)
         return _event(error.body())
+
+
+def _score(scored: Scored, chunk: gen.GenerateResponse) -> None:
+    """Adds `chunk`'s tokens and their log probabilities to `scored`; a
+    ServiceError when the worker sent none (an engine that cannot)."""
+    if len(chunk.logprobs) != len(chunk.token_ids):
+        raise ServiceError(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"worker {chunk.decode_worker} returned no log probabilities for this request",
+        )
+    scored[0].extend(chunk.token_ids)
+    scored[1].extend(chunk.logprobs)
 
 
 def _event(obj: dict) -> bytes:

@@ -3,8 +3,8 @@ decoded (a field of the wrong type is a 400 naming it), then by `check`
 before anything is routed. Fields may be null, as OpenAI's API allows, and
 mean their default then. Fields the API defines that change nothing here
 (`user`, `presence_penalty`, ...) are accepted, as are unknown ones; those
-that would change the answer and cannot be honoured (`echo`, `logprobs`,
-`best_of`, a `response_format` other than text) are a 400."""
+that would change the answer and cannot be honoured (`echo`, `best_of`, a
+`response_format` other than text) are a 400."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Annotated
 import msgspec
 
 from kvrouter._core import token_ids_from_json
+from kvrouter.sampling_rules import MAX_LOGPROBS
 
 # OpenAI's default for /v1/completions; chat requests run to the end of the
 # answer, bounded by DEFAULT_CHAT_MAX_TOKENS.
@@ -74,9 +75,7 @@ class _Sampling(msgspec.Struct, kw_only=True):
             raise ValueError("n: only n=1 is supported")
         if self.best_of not in (None, 1):
             raise ValueError("best_of: only 1 is supported")
-        # For /v1/completions an int, 0 included, asks for log probabilities.
-        if (self.logprobs is not None and self.logprobs is not False) or self.top_logprobs:
-            raise ValueError("logprobs: kvrouter's engine does not return log probabilities")
+        self.logprobs_count()
         if self.response_format not in (None, {"type": "text"}):
             raise ValueError("response_format: only text is supported")
         if self.temperature is not None and not 0 <= self.temperature <= 2:
@@ -101,6 +100,12 @@ class _Sampling(msgspec.Struct, kw_only=True):
         """The body as this type; msgspec's DecodeError or ValidationError
         when it is not one."""
         return msgspec.json.decode(body, type=cls)
+
+    def logprobs_count(self) -> int | None:
+        """How many most likely tokens each generated token's log
+        probability comes with; None when the request asks for none.
+        ValueError for a count out of range."""
+        raise NotImplementedError
 
     @property
     def sampling_top_k(self) -> int:
@@ -147,6 +152,16 @@ class CompletionRequest(_Sampling, kw_only=True):
         if self.echo:
             raise ValueError("echo: not supported")
 
+    def logprobs_count(self) -> int | None:
+        # An int, 0 included, asks for the chosen token's and that many more.
+        if self.top_logprobs is not None:
+            raise ValueError("top_logprobs: a chat completion's; here logprobs is the count")
+        if self.logprobs is None:
+            return None
+        if isinstance(self.logprobs, bool) or not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be an integer from 0 to {MAX_LOGPROBS}")
+        return self.logprobs
+
     def one_prompt(self) -> str | array:
         """The prompt as text or token ids; ValueError for anything else,
         or for more than one prompt."""
@@ -158,6 +173,19 @@ class ChatCompletionRequest(_Sampling, kw_only=True):
     tools: list[dict] | None = None
     max_completion_tokens: int | None = None
     add_generation_prompt: bool = True
+
+    def logprobs_count(self) -> int | None:
+        # `logprobs` true asks for them; `top_logprobs` for that many more.
+        if self.logprobs is not None and not isinstance(self.logprobs, bool):
+            raise ValueError("logprobs must be true or false")
+        top = self.top_logprobs
+        if top is not None and not 0 <= top <= MAX_LOGPROBS:
+            raise ValueError(f"top_logprobs must be from 0 to {MAX_LOGPROBS}")
+        if not self.logprobs:
+            if top:
+                raise ValueError("top_logprobs needs logprobs: true")
+            return None
+        return top or 0
 
 
 TokenIds = list[Annotated[int, msgspec.Meta(ge=0, lt=U32)]]
