@@ -8,9 +8,8 @@ from kvrouter._core import check_namespace as core_check_namespace
 from kvrouter._core import prompt_length
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.proto_gen import router_pb2 as pb
-from kvrouter.sampling_rules import check_logprobs
+from kvrouter.sampling_rules import check_logprobs, wire_top_p
 from kvrouter.sampling_rules import check_sampling as check_sampling_values
-from kvrouter.sampling_rules import wire_top_p
 from kvrouter.service.errors import invalid
 
 ROLE_NAMES = {pb.ROLE_PREFILL: "prefill", pb.ROLE_DECODE: "decode", pb.ROLE_BOTH: "both"}

@@ -226,7 +226,9 @@ def test_logprobs_of_generated_tokens_are_the_model_s(tiny_llama, reference_toke
     logits = engine.prompt_logits(PROMPTS[0] + with_logprobs.token_ids[:-1])
     expected = torch.log_softmax(logits[len(PROMPTS[0]) - 1 :], dim=-1)
     assert len(with_logprobs.logprobs) == len(with_logprobs.token_ids)
-    for row, token, found in zip(expected, with_logprobs.token_ids, with_logprobs.logprobs):
+    for row, token, found in zip(
+        expected, with_logprobs.token_ids, with_logprobs.logprobs, strict=True
+    ):
         assert found.logprob == pytest.approx(row[token].item(), abs=1e-4)
         top_ids = [token_id for token_id, _ in found.top]
         assert top_ids[0] == token  # greedy: the chosen token is the most likely
