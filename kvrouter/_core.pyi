@@ -595,15 +595,22 @@ class CompletionStream:
     """One engine's streamed `/v1/completions` answer (vLLM, SGLang, asked
     with `return_token_ids`), fed its body's bytes as they arrive."""
 
-    def __new__(cls, limit: int) -> Self:
-        """`limit`: the most bytes one event's data may hold."""
+    def __new__(cls, limit: int, logprobs: int | None = None) -> Self:
+        """`limit`: the most bytes one event's data may hold. `logprobs`:
+        read each token's log probability with this many most likely
+        tokens' (vLLM's shape with `return_tokens_as_token_ids`); None:
+        none."""
 
-    def feed(self, data: bytes) -> tuple[list[int], str | None, bool]:
-        """(token ids, finish reason, ended) of what `data` added: the
-        reason is "stop", "length" or None; `ended` once a finish or
-        `[DONE]` has come. ValueError, with the reason, when the stream
+    def feed(
+        self, data: bytes
+    ) -> tuple[list[int], str | None, bool, list[tuple[float, list[tuple[int, float]]]]]:
+        """(token ids, finish reason, ended, log probabilities) of what
+        `data` added: the reason is "stop", "length" or None; `ended` once
+        a finish or `[DONE]` has come; when asked for, one (log
+        probability, [(token id, log probability)] most likely first) per
+        token, else empty. ValueError, with the reason, when the stream
         cannot be read on (an error event, a bad event, an event past the
-        limit)."""
+        limit, tokens without the log probabilities asked for)."""
 
     @property
     def ended(self) -> bool: ...

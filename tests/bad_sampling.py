@@ -11,4 +11,5 @@ BAD_SAMPLING = [
     ({"temperature": 1.0, "top_p": float("nan")}, "sampling.top_p"),
     ({"temperature": 1.0, "top_p": 1.5}, "sampling.top_p"),
     ({"temperature": 1.0, "top_p": -0.5}, "sampling.top_p"),
+    ({"logprobs": 21}, "sampling.logprobs"),
 ]

@@ -69,6 +69,20 @@ class GenerationStats:
 
 
 @dataclass(frozen=True)
+class TokenLogprobs:
+    """A generated token's log probability (of the model's raw logits), and
+    the `top` most likely tokens' as (token id, log probability), most
+    likely first."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+    @classmethod
+    def from_message(cls, m: gen.TokenLogprobs) -> TokenLogprobs:
+        return cls(m.logprob, tuple(zip(m.top_token_ids, m.top_logprobs, strict=True)))
+
+
+@dataclass(frozen=True)
 class GenerationChunk:
     request_id: str
     token_ids: list[int]
@@ -77,6 +91,8 @@ class GenerationChunk:
     # Set on the last chunk only.
     finish_reason: str | None = None
     stats: GenerationStats | None = None
+    # One per token when the request asked for log probabilities.
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
 
 
 @dataclass
@@ -87,6 +103,7 @@ class Generation:
     decode_worker: int = 0
     finish_reason: str | None = None
     stats: GenerationStats = field(default_factory=GenerationStats)
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
 
 
 class GenerateClient:
@@ -119,7 +136,11 @@ class GenerateClient:
         stop_token_ids: Iterable[int] = (),
         request_id: str = "",
         timeout: float | None = None,
+        logprobs: int | None = None,
     ) -> AsyncIterator[GenerationChunk]:
+        """The request's chunks as the router streams them. `logprobs`: each
+        token's log probability with that many most likely tokens' (0-20);
+        None for none."""
         sampling = gen.SamplingParams(
             temperature=temperature,
             top_p=top_p,
@@ -130,6 +151,8 @@ class GenerateClient:
         )
         if seed is not None:
             sampling.seed = seed
+        if logprobs is not None:
+            sampling.logprobs = logprobs
         request = gen.GenerateRequest(
             request_id=request_id,
             tokens_u32le=encode_tokens(tokens),
@@ -149,6 +172,7 @@ class GenerateClient:
                     GenerationStats.from_message(message.stats)
                     if message.HasField("stats")
                     else None,
+                    [TokenLogprobs.from_message(m) for m in message.logprobs],
                 )
         except grpc.RpcError as e:
             raise rpc_error(e) from None
@@ -161,6 +185,7 @@ class GenerateClient:
         async for chunk in self.stream(tokens, **kwargs):
             result.request_id = chunk.request_id
             result.token_ids += chunk.token_ids
+            result.logprobs += chunk.logprobs
             result.prefill_worker = chunk.prefill_worker
             result.decode_worker = chunk.decode_worker
             if chunk.finish_reason is not None:

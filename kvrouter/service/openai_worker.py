@@ -2,7 +2,9 @@
 router's token ids go to `{address}/v1/completions` as the prompt, so the
 engine computes on exactly the tokens the router hashed, and the streamed
 choices' `token_ids` (asked for with `return_token_ids`) come back as the
-request's tokens.
+request's tokens. Log probabilities, when the request asks, are asked for
+as vLLM names them (`logprobs`, with `return_tokens_as_token_ids` so that
+the alternatives come as ids) and come back beside the tokens.
 
 Failures sort as for kvrouter workers (worker_calls.py): no connection, a
 5xx, a 429, an error event or a silent engine is a WorkerFailure (another
@@ -43,6 +45,9 @@ FINISH_REASONS = {"stop": gen.FINISH_REASON_STOP, "length": gen.FINISH_REASON_LE
 # of JSON with its separator.
 EVENT_BYTES_PER_TOKEN = 12
 EVENT_BYTES_SLACK = 1 << 20
+# What an engine's stream yields: token ids, a finish reason (0 until the
+# last), and the tokens' gen.TokenLogprobs when the request asked for them.
+EngineTokens = tuple[list[int], int, list[gen.TokenLogprobs]]
 # Of an engine's error body, what goes into the request's error message.
 MAX_ERROR_CHARS = 500
 DP_RANK_HEADER = "X-data-parallel-rank"
@@ -74,6 +79,9 @@ def completion_body(request: gen.GenerateRequest, prompt: Sequence[int]) -> dict
         body["stop_token_ids"] = list(sampling.stop_token_ids)
     if sampling.ignore_eos:
         body["ignore_eos"] = True
+    if sampling.HasField("logprobs"):
+        body["logprobs"] = sampling.logprobs
+        body["return_tokens_as_token_ids"] = True
     if request.namespace:
         # vLLM's name for it; the router routed it in that salt's namespace.
         body["cache_salt"] = request.namespace
@@ -120,10 +128,10 @@ class EngineClient:
         first_token_s: float,
         token_gap_s: float,
         extra: dict | None = None,
-    ) -> AsyncIterator[tuple[list[int], int]]:
-        """(token ids, finish reason) per streamed choice, the last with its
-        finish reason set. `extra`: fields added to the body (a split
-        request's, service/engine_split/)."""
+    ) -> AsyncIterator[EngineTokens]:
+        """(token ids, finish reason, log probabilities) per streamed
+        choice, the last with its finish reason set. `extra`: fields added
+        to the body (a split request's, service/engine_split/)."""
         body = {**completion_body(request, prompt), **(extra or {})}
         response = await self._post(
             worker_id, address, request, body, first_token_s, deadline, "generate"
@@ -136,7 +144,10 @@ class EngineClient:
             # cost paid once however many tokens it holds. A read that adds
             # nothing is skipped; an event the core cannot read is the
             # engine's failure.
-            stream = CompletionStream(len(prompt) * EVENT_BYTES_PER_TOKEN + EVENT_BYTES_SLACK)
+            limit = len(prompt) * EVENT_BYTES_PER_TOKEN + EVENT_BYTES_SLACK
+            sampling = request.sampling
+            top = sampling.logprobs if sampling.HasField("logprobs") else None
+            stream = CompletionStream(limit, top)
             silent_s = first_token_s
             last = None
             while not stream.ended:
@@ -152,17 +163,18 @@ class EngineClient:
                 if not data:
                     break
                 try:
-                    tokens, reason, _ = stream.feed(data)
+                    tokens, reason, _, found = stream.feed(data)
                 except ValueError as e:
                     message = str(e)[:MAX_ERROR_CHARS]
                     raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, message) from None
+                logprobs = [_logprobs_message(*f) for f in found] if found else []
                 if reason is not None:
                     # The last piece; yielded once `finished` is set, so that
                     # a caller stopping at it still keeps the connection.
-                    last = (tokens, FINISH_REASONS[reason])
+                    last = (tokens, FINISH_REASONS[reason], logprobs)
                 elif tokens:
                     silent_s = token_gap_s
-                    yield tokens, 0
+                    yield tokens, 0, logprobs
             if last is None:
                 raise WorkerFailure(
                     worker_id, grpc.StatusCode.UNAVAILABLE, "the stream ended before a finish"
@@ -234,6 +246,14 @@ class EngineClient:
             raise silence.failure() from None
         except OSError as e:
             raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, _describe(e)) from None
+
+
+def _logprobs_message(logprob: float, top: list[tuple[int, float]]) -> gen.TokenLogprobs:
+    return gen.TokenLogprobs(
+        logprob=logprob,
+        top_token_ids=[token for token, _ in top],
+        top_logprobs=[value for _, value in top],
+    )
 
 
 def _tls_context(credentials: Credentials) -> ssl.SSLContext | bool:

@@ -371,8 +371,8 @@ class ProxiedRequest:
             token_gap_s=self.config.token_timeout_s,
         )
         async with aclosing(tokens):
-            async for token_ids, finish_reason in tokens:
-                yield self._chunk(token_ids, finish_reason)
+            async for token_ids, finish_reason, logprobs in tokens:
+                yield self._chunk(token_ids, finish_reason, logprobs=logprobs)
 
     async def _split_over_http(
         self, split: Protocol, worker_id: int, address: str
@@ -394,11 +394,11 @@ class ProxiedRequest:
             )
         )
         async with aclosing(tokens):
-            async for token_ids, finish_reason in tokens:
+            async for token_ids, finish_reason, logprobs in tokens:
                 # Named once D streams what P prefilled, not if D failed first.
                 self.split_served = True
                 self.prefill_worker = prefill_id
-                yield self._chunk(token_ids, finish_reason)
+                yield self._chunk(token_ids, finish_reason, logprobs=logprobs)
 
     # -- helpers
 

@@ -11,6 +11,14 @@ use pyo3::types::PyBytes;
 use super::ints::{contiguous_slice, Tokens};
 use crate::wire::{self, CompletionStream, Finish};
 
+/// What `feed` returns: tokens, finish reason, ended, log probabilities.
+type FedPiece = (
+    Vec<u32>,
+    Option<&'static str>,
+    bool,
+    Vec<(f32, Vec<(u32, f32)>)>,
+);
+
 /// One engine's streamed `/v1/completions` answer, fed its body's bytes as
 /// they arrive.
 #[pyclass(name = "CompletionStream", module = "kvrouter._core")]
@@ -20,18 +28,28 @@ pub struct PyCompletionStream {
 
 #[pymethods]
 impl PyCompletionStream {
+    /// `logprobs`: read each token's log probability, with this many most
+    /// likely tokens'; None: none.
     #[new]
-    fn new(limit: usize) -> Self {
+    #[pyo3(signature = (limit, logprobs=None))]
+    fn new(limit: usize, logprobs: Option<usize>) -> Self {
+        let inner = CompletionStream::new(limit);
         Self {
-            inner: CompletionStream::new(limit),
+            inner: match logprobs {
+                Some(top) => inner.with_logprobs(top),
+                None => inner,
+            },
         }
     }
 
-    /// (token ids, finish reason, ended) of what `data` added: the reason
-    /// is "stop", "length" or None; `ended` once a finish or `[DONE]` has
-    /// come. ValueError, with the reason, when the stream cannot be read
-    /// on (an error event, a bad event, an event past the limit).
-    fn feed(&mut self, data: &[u8]) -> PyResult<(Vec<u32>, Option<&'static str>, bool)> {
+    /// (token ids, finish reason, ended, log probabilities) of what `data`
+    /// added: the reason is "stop", "length" or None; `ended` once a finish
+    /// or `[DONE]` has come; when asked for, one (log probability, [(token
+    /// id, log probability)] most likely first) per token, else empty.
+    /// ValueError, with the reason, when the stream cannot be read on (an
+    /// error event, a bad event, an event past the limit, tokens without
+    /// the log probabilities asked for).
+    fn feed(&mut self, data: &[u8]) -> PyResult<FedPiece> {
         let piece = self
             .inner
             .feed(data)
@@ -40,7 +58,12 @@ impl PyCompletionStream {
             Finish::Stop => "stop",
             Finish::Length => "length",
         });
-        Ok((piece.tokens, finish, piece.ended))
+        let logprobs = piece
+            .logprobs
+            .into_iter()
+            .map(|found| (found.logprob, found.top))
+            .collect();
+        Ok((piece.tokens, finish, piece.ended, logprobs))
     }
 
     #[getter]

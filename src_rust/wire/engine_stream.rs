@@ -7,6 +7,12 @@
 //!
 //! The stream ends at its first finish reason or `data: [DONE]`; what
 //! follows in the same read is not looked at.
+//!
+//! A stream asked for log probabilities (`with_logprobs`) reads each
+//! choice's `logprobs` too, in the shape of vLLM's completions asked with
+//! `return_tokens_as_token_ids`: per token, `token_logprobs` and a
+//! `top_logprobs` object keyed `"token_id:<id>"`, which holds the chosen
+//! token as well as the most likely ones, in no promised order.
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -28,6 +34,10 @@ pub enum EngineStreamError {
     BadTokenIds,
     /// A finish reason other than "stop" or "length" (an abort, say).
     EndedWith(String),
+    /// Log probabilities were asked for, and a choice's tokens came without them.
+    NoLogprobs,
+    /// A choice's log probabilities are not one per token, or do not name token ids.
+    BadLogprobs,
 }
 
 impl std::fmt::Display for EngineStreamError {
@@ -43,6 +53,13 @@ impl std::fmt::Display for EngineStreamError {
             ),
             Self::BadTokenIds => f.write_str("token_ids are not token ids"),
             Self::EndedWith(reason) => write!(f, "the engine ended the request: {reason}"),
+            Self::NoLogprobs => f.write_str(
+                "the engine streams no log probabilities for its tokens (vLLM returns them)",
+            ),
+            Self::BadLogprobs => f.write_str(
+                "the engine's log probabilities are not one per token or name no token ids \
+                 (vLLM's return_tokens_as_token_ids)",
+            ),
         }
     }
 }
@@ -54,12 +71,22 @@ pub enum Finish {
     Length,
 }
 
-/// What one read added: the tokens of its events, in order; the finish
-/// reason, when one came; `ended` once the stream is over (a finish or
-/// `[DONE]`), after which nothing more is read.
-#[derive(Debug, Default, PartialEq, Eq)]
+/// A token's log probability, and the `top` most likely tokens' as
+/// (token id, log probability), most likely first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// What one read added: the tokens of its events, in order; when asked
+/// for, their log probabilities, one each; the finish reason, when one
+/// came; `ended` once the stream is over (a finish or `[DONE]`), after
+/// which nothing more is read.
+#[derive(Debug, Default, PartialEq)]
 pub struct Piece {
     pub tokens: Vec<u32>,
+    pub logprobs: Vec<TokenLogprobs>,
     pub finish: Option<Finish>,
     pub ended: bool,
 }
@@ -75,6 +102,9 @@ pub struct CompletionStream {
     data: Vec<u8>,
     has_data: bool,
     limit: usize,
+    /// How many most likely tokens each token's log probability comes
+    /// with; None: none are read.
+    top_logprobs: Option<usize>,
     ended: bool,
 }
 
@@ -87,8 +117,16 @@ impl CompletionStream {
             data: Vec::new(),
             has_data: false,
             limit,
+            top_logprobs: None,
             ended: false,
         }
+    }
+
+    /// The stream of a request asked for log probabilities with `top` most
+    /// likely tokens: each choice's tokens must come with theirs.
+    pub fn with_logprobs(mut self, top: usize) -> Self {
+        self.top_logprobs = Some(top);
+        self
     }
 
     pub fn ended(&self) -> bool {
@@ -154,6 +192,7 @@ impl CompletionStream {
                 let choice = event.choices.as_ref().map(|c| ChoiceFields {
                     text: c.text.as_ref(),
                     token_ids: c.token_ids.as_ref(),
+                    logprobs: c.logprobs.as_ref(),
                     finish_reason: c.finish_reason.as_ref(),
                 });
                 self.read(event.error.as_ref(), choice, piece)
@@ -176,6 +215,7 @@ impl CompletionStream {
                     .map(|c| ChoiceFields {
                         text: c.get("text"),
                         token_ids: c.get("token_ids"),
+                        logprobs: c.get("logprobs"),
                         finish_reason: c.get("finish_reason"),
                     });
                 self.read(payload.get("error"), choice, piece)
@@ -220,6 +260,13 @@ impl CompletionStream {
                 .ok_or(EngineStreamError::BadTokenIds)?;
             piece.tokens.push(id);
         }
+        if let Some(top) = self.top_logprobs {
+            let logprobs = choice
+                .logprobs
+                .filter(|l| !l.is_null())
+                .ok_or(EngineStreamError::NoLogprobs)?;
+            read_logprobs(logprobs, ids.len(), top, &mut piece.logprobs)?;
+        }
         if let Some(reason) = finish {
             piece.finish = Some(match reason.as_str() {
                 Some("stop") => Finish::Stop,
@@ -248,6 +295,7 @@ struct Event {
 struct Choice {
     text: Option<Value>,
     token_ids: Option<Value>,
+    logprobs: Option<Value>,
     finish_reason: Option<Value>,
 }
 
@@ -255,7 +303,70 @@ struct Choice {
 struct ChoiceFields<'a> {
     text: Option<&'a Value>,
     token_ids: Option<&'a Value>,
+    logprobs: Option<&'a Value>,
     finish_reason: Option<&'a Value>,
+}
+
+/// The log probabilities of a choice's `count` tokens, with the `top` most
+/// likely tokens' each, added to `out`. vLLM writes a log probability of
+/// -inf as a number it clamps to; null is read as -inf.
+fn read_logprobs(
+    logprobs: &Value,
+    count: usize,
+    top: usize,
+    out: &mut Vec<TokenLogprobs>,
+) -> Result<(), EngineStreamError> {
+    let per_token = |key: &str| {
+        logprobs
+            .get(key)
+            .and_then(Value::as_array)
+            .filter(|values| values.len() == count)
+            .ok_or(EngineStreamError::BadLogprobs)
+    };
+    let chosen = per_token("token_logprobs")?;
+    let tops = per_token("top_logprobs")?;
+    for (logprob, most_likely) in chosen.iter().zip(tops) {
+        let logprob = read_logprob(logprob)?;
+        let entries = match most_likely {
+            Value::Object(entries) => entries,
+            Value::Null if top == 0 => {
+                out.push(TokenLogprobs {
+                    logprob,
+                    top: Vec::new(),
+                });
+                continue;
+            }
+            _ => return Err(EngineStreamError::BadLogprobs),
+        };
+        let mut ranked = entries
+            .iter()
+            .map(|(name, value)| {
+                let id = name
+                    .strip_prefix("token_id:")
+                    .and_then(|id| id.parse::<u32>().ok())
+                    .ok_or(EngineStreamError::BadLogprobs)?;
+                Ok((id, read_logprob(value)?))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // Most likely first; the chosen token, when it is not among them, falls off.
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        ranked.truncate(top);
+        out.push(TokenLogprobs {
+            logprob,
+            top: ranked,
+        });
+    }
+    Ok(())
+}
+
+fn read_logprob(value: &Value) -> Result<f32, EngineStreamError> {
+    match value {
+        Value::Null => Ok(f32::NEG_INFINITY),
+        other => other
+            .as_f64()
+            .map(|v| v as f32)
+            .ok_or(EngineStreamError::BadLogprobs),
+    }
 }
 
 impl<'de> Deserialize<'de> for Event {
@@ -304,12 +415,14 @@ impl<'de> Deserialize<'de> for Choice {
                 let mut choice = Choice {
                     text: None,
                     token_ids: None,
+                    logprobs: None,
                     finish_reason: None,
                 };
                 while let Some(key) = map.next_key::<&str>()? {
                     let field = match key {
                         "text" => &mut choice.text,
                         "token_ids" => &mut choice.token_ids,
+                        "logprobs" => &mut choice.logprobs,
                         "finish_reason" => &mut choice.finish_reason,
                         _ => {
                             map.next_value::<IgnoredAny>()?;
@@ -664,6 +777,64 @@ mod tests {
                 .feed(body.as_bytes())
                 .map(|piece| piece.tokens);
             assert_eq!(&got, want, "{event}");
+        }
+    }
+
+    #[test]
+    fn logprobs_asked_for_are_read_most_likely_first_and_cut_to_the_count() {
+        // vLLM's shape: the chosen token (7) first, then the most likely ones.
+        let body = concat!(
+            r#"data: {"choices":[{"text":"ab","token_ids":[7,8],"logprobs":{"#,
+            r#""tokens":["token_id:7","token_id:8"],"token_logprobs":[-2.5,null],"#,
+            r#""top_logprobs":[{"token_id:7":-2.5,"token_id:3":-0.5,"token_id:9":-1.5},"#,
+            r#"{"token_id:8":-0.25,"token_id:4":-3.0}],"text_offset":[0,1]}}]}"#,
+            "\n\n"
+        );
+        let piece = CompletionStream::new(1 << 20)
+            .with_logprobs(2)
+            .feed(body.as_bytes())
+            .unwrap();
+        assert_eq!(piece.tokens, vec![7, 8]);
+        let want = vec![
+            TokenLogprobs {
+                logprob: -2.5,
+                top: vec![(3, -0.5), (9, -1.5)],
+            },
+            TokenLogprobs {
+                logprob: f32::NEG_INFINITY,
+                top: vec![(8, -0.25), (4, -3.0)],
+            },
+        ];
+        assert_eq!(piece.logprobs, want);
+        // Not asked for: not read.
+        let piece = CompletionStream::new(1 << 20)
+            .feed(body.as_bytes())
+            .unwrap();
+        assert!(piece.logprobs.is_empty());
+    }
+
+    #[test]
+    fn tokens_without_the_logprobs_asked_for_are_the_engine_s_failure() {
+        let cases = [
+            (event(&[1], None), EngineStreamError::NoLogprobs),
+            (
+                r#"data: {"choices":[{"token_ids":[1],"logprobs":{"token_logprobs":[],"top_logprobs":[]}}]}"#
+                    .to_string()
+                    + "\n\n",
+                EngineStreamError::BadLogprobs,
+            ),
+            (
+                r#"data: {"choices":[{"token_ids":[1],"logprobs":{"token_logprobs":[-1.0],"top_logprobs":[{"a":-1.0}]}}]}"#
+                    .to_string()
+                    + "\n\n",
+                EngineStreamError::BadLogprobs,
+            ),
+        ];
+        for (body, error) in cases {
+            let got = CompletionStream::new(1 << 20)
+                .with_logprobs(1)
+                .feed(body.as_bytes());
+            assert_eq!(got, Err(error), "{body}");
         }
     }
 

@@ -12,7 +12,7 @@ mod route;
 
 pub use engine_stream::{
     read_token_ids_json, token_ids_json_len, write_token_ids_json, CompletionStream,
-    EngineStreamError, Finish, Piece,
+    EngineStreamError, Finish, Piece, TokenLogprobs,
 };
 pub use events::{decode_publish, DecodedBatch, Publish};
 pub use messages::{Candidate, Explanation, RouteError, RouteRequest, RouteResponse};

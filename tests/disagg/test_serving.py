@@ -41,6 +41,23 @@ def test_split_generation_equals_aggregated(settled, reference):
         assert result.stats.blocks_transferred + result.stats.blocks_reused == length // BLOCK
 
 
+@pytest.mark.parametrize("max_tokens", [1, 6])
+def test_split_generation_streams_each_tokens_logprobs(settled, scored, max_tokens):
+    # The first token's come from the prefill worker through the hand-off.
+    tokens = prompt(11 + max_tokens, 150)
+    result = generate(settled.target, tokens, max_tokens, logprobs=2)
+    assert result.prefill_worker in (1, 2)
+    ids, want = scored(tokens, max_tokens, 2)
+    assert result.token_ids == ids
+    assert [found.logprob for found in result.logprobs] == pytest.approx(
+        [w.logprob for w in want], abs=1e-4
+    )
+    for found, w in zip(result.logprobs, want, strict=True):
+        assert [t for t, _ in found.top] == [t for t, _ in w.top]
+        assert [lp for _, lp in found.top] == pytest.approx([lp for _, lp in w.top], abs=1e-4)
+    assert generate(settled.target, tokens, 2).logprobs == []
+
+
 def test_first_token_only(settled, reference):
     tokens = prompt(7, 150)
     result = generate(settled.target, tokens, 1)

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("zmq", reason="the adapters extra (pyzmq) is not installed")
 pytest.importorskip("uvicorn", reason="the frontend extra (uvicorn) is not installed")
 
-from greedy_reference import greedy_reference  # noqa: E402
+from greedy_reference import greedy_reference, greedy_scored  # noqa: E402
 
 from kvrouter.engine.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 
@@ -33,6 +33,11 @@ def tiny_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def reference(tiny_model):
     return greedy_reference(tiny_model)
+
+
+@pytest.fixture(scope="session")
+def scored(tiny_model):
+    return greedy_scored(tiny_model)
 
 
 @dataclass

@@ -54,6 +54,31 @@ def test_a_streamed_completion_returns_the_engines_greedy_tokens_and_usage(clien
     assert usage.prompt_tokens_details.cached_tokens is not None
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_logprobs_name_tokens_by_id_as_vllm_does_and_are_the_engines(client, scored, stream):
+    answer = client.completions.create(
+        model=MODEL,
+        prompt=PROMPT,
+        max_tokens=4,
+        temperature=0,
+        logprobs=2,
+        stream=stream,
+        extra_body={"return_token_ids": True, "return_tokens_as_token_ids": True},
+    )
+    choices = [c.choices[0] for c in answer if c.choices] if stream else answer.choices
+    ids, want = scored(PROMPT, 4, 2)
+    names = [f"token_id:{t}" for t in ids]
+    assert [t for c in choices if c.logprobs for t in c.logprobs.tokens] == names
+    got = [lp for c in choices if c.logprobs for lp in c.logprobs.token_logprobs]
+    assert got == pytest.approx([w.logprob for w in want], abs=1e-4)
+    tops = [top for c in choices if c.logprobs for top in c.logprobs.top_logprobs]
+    for top, name, w in zip(tops, names, want, strict=True):
+        # vLLM's order: the chosen token, then the most likely.
+        assert list(top)[0] == name
+        most_likely = {f"token_id:{t}": lp for t, lp in w.top}
+        assert top == pytest.approx({name: w.logprob} | most_likely, abs=1e-4)
+
+
 def test_a_whole_completion_counts_the_cached_prompt(client, reference):
     prompt = [[t + 100 for t in PROMPT]]
     answers = [
@@ -110,7 +135,7 @@ def test_models_health_and_refusals_read_as_vllms(client, engine_worker):
         assert response.status == 200
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="other", prompt=PROMPT, max_tokens=1)
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.BadRequestError, match="return_tokens_as_token_ids"):
         client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1, logprobs=2)
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1, seed="7")

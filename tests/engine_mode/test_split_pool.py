@@ -4,7 +4,8 @@ vLLM") sets one up, with engine-mode workers standing in for vLLM: a real
 --vllm-http-listen` processes (two prefill, two decode) and a real
 `kvrouter sidecar` whose engines.toml registers them with
 `kv_transfer = "vllm"`. Every answer equals one engine's greedy output,
-and each went through a hand-off."""
+and each went through a hand-off; log probabilities asked of the front
+door are the engine's, read from D's stream."""
 
 from __future__ import annotations
 
@@ -97,3 +98,35 @@ def test_a_2p_2d_pool_behind_the_sidecar_serves_every_request_split(pool, tiny_m
     handoffs = [r for w in decoders for r in w.logged("hand-off fetched")]
     assert len(handoffs) == len(prompts)
     assert {h["source"] for h in handoffs} <= {w.address for w in workers[:2]}
+
+
+def test_log_probabilities_come_through_the_split_as_the_engines(pool, tiny_model, scored):
+    router, base, workers = pool
+    tokenizer = ModelTokenizer.from_dir(tiny_model)
+    prompt = [(t * 11) % 200 + 3 for t in range(3 * BLOCK_SIZE + 2)]
+    ids, want = scored(prompt, 5, 3)
+    with openai.OpenAI(base_url=base, api_key="unused", max_retries=0, timeout=60) as client:
+        wait_until(lambda: _routable(client), what="the pool to be routable")
+        stream = client.completions.create(
+            model=MODEL,
+            prompt=prompt,
+            max_tokens=5,
+            temperature=0,
+            logprobs=3,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        chunks = [c.choices[0].logprobs for c in stream if c.choices and c.choices[0].logprobs]
+    tokens = [t for lp in chunks for t in lp.tokens]
+    assert tokens == [tokenizer.token_texts.of(t)[0] for t in ids]
+    got = [v for lp in chunks for v in lp.token_logprobs]
+    assert got == pytest.approx([w.logprob for w in want], abs=1e-4)
+    tops = [top for lp in chunks for top in lp.top_logprobs]
+    for top, text, w in zip(tops, tokens, want, strict=True):
+        expected = {tokenizer.token_texts.of(t)[0]: lp for t, lp in w.top}
+        expected.setdefault(text, w.logprob)
+        assert top == pytest.approx(expected, abs=1e-4)
+
+
+def _routable(client) -> bool:
+    return any(m.id == MODEL for m in client.models.list().data)

@@ -9,7 +9,7 @@ served whole.
 The contract of a protocol's `stream(call: SplitCall)`:
 
 - it yields what EngineClient.generate yields for D: (token ids, finish
-  reason), the last with its finish reason set;
+  reason, log probabilities), the last with its finish reason set;
 - it raises PrefillFailed, before yielding anything, when P failed (no
   connection, an error status, silence past `call.prefill_s`, an answer
   without what D needs): the caller then serves the request whole on D.
@@ -28,10 +28,11 @@ from collections.abc import AsyncIterator, Callable
 from kvrouter.net.worker_protocol import KV_TRANSFER_SGLANG, KV_TRANSFER_VLLM
 from kvrouter.service.engine_split import sglang, vllm
 from kvrouter.service.engine_split.call import Engine, PrefillFailed, SplitCall
+from kvrouter.service.openai_worker import EngineTokens
 
 __all__ = ["Engine", "PrefillFailed", "SplitCall", "protocol_for"]
 
-Protocol = Callable[[SplitCall], AsyncIterator[tuple[list[int], int]]]
+Protocol = Callable[[SplitCall], AsyncIterator[EngineTokens]]
 PROTOCOLS: dict[str, Protocol] = {KV_TRANSFER_VLLM: vllm.stream, KV_TRANSFER_SGLANG: sglang.stream}
 
 

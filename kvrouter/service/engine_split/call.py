@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import grpc
 
 from kvrouter.proto_gen import generation_pb2 as gen
-from kvrouter.service.openai_worker import EngineClient
+from kvrouter.service.openai_worker import EngineClient, EngineTokens
 from kvrouter.service.worker_calls import Deadline, RequestFailed, WorkerFailure
 
 
@@ -41,7 +41,7 @@ class SplitCall:
 
     def decode_stream(
         self, extra: dict, alongside_prefill: bool = False
-    ) -> AsyncIterator[tuple[list[int], int]]:
+    ) -> AsyncIterator[EngineTokens]:
         """D's streamed answer to the request, with the protocol's `extra`
         fields in its body. `alongside_prefill`: D is called while P still
         works and sends nothing until P is done, so its first token is

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 from kvrouter.service.engine_split.call import PrefillFailed, SplitCall, ask_prefill
-from kvrouter.service.openai_worker import completion_body
+from kvrouter.service.openai_worker import EngineTokens, completion_body
 from kvrouter.service.worker_calls import RequestFailed
 
 ROOM_BITS = 63
@@ -34,7 +34,7 @@ def bootstrap(call: SplitCall) -> dict:
     }
 
 
-async def stream(call: SplitCall) -> AsyncIterator[tuple[list[int], int]]:
+async def stream(call: SplitCall) -> AsyncIterator[EngineTokens]:
     fields = bootstrap(call)
     prefill = asyncio.ensure_future(_prefill(call, fields))
     prefill.add_done_callback(lambda _: call.prefill_done())

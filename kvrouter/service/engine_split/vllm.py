@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from kvrouter.service.engine_split.call import PrefillFailed, SplitCall, ask_prefill
-from kvrouter.service.openai_worker import completion_body
+from kvrouter.service.openai_worker import EngineTokens, completion_body
 
 # What P is asked for: its prefill kept for a decode elsewhere.
 REMOTE_DECODE = {
@@ -29,7 +29,7 @@ REMOTE_DECODE = {
 }
 
 
-async def stream(call: SplitCall) -> AsyncIterator[tuple[list[int], int]]:
+async def stream(call: SplitCall) -> AsyncIterator[EngineTokens]:
     params = await _prefill(call)
     tokens = call.decode_stream({"kv_transfer_params": params})
     async with aclosing(tokens):

@@ -170,7 +170,10 @@ class EngineApi:
                     generated += len(output.new_token_ids)
                     reason = output.finish_reason if output.finished else None
                     handoff = self._handoff(responder) if output.finished else None
-                    yield _sse(responder.chunk(output.new_token_ids, reason, first, handoff))
+                    chunk = responder.chunk(
+                        output.new_token_ids, reason, first, handoff, output.new_logprobs
+                    )
+                    yield _sse(chunk)
                     first = False
             if responder.request.include_usage:
                 yield _sse(responder.usage_chunk(generated, handle.seq.num_cached_tokens))
@@ -211,8 +214,11 @@ class EngineApi:
             tokens, reason = task.result()
         except RuntimeError as e:
             return _error(str(e), 500)
-        cached = handle.seq.num_cached_tokens
-        return JSONResponse(responder.response(tokens, reason, cached, self._handoff(responder)))
+        seq = handle.seq
+        answer = responder.response(
+            tokens, reason, seq.num_cached_tokens, self._handoff(responder), seq.output_logprobs
+        )
+        return JSONResponse(answer)
 
     def _bootstrap_side(self, completion: CompletionRequest) -> str | None:
         """The part of an SGLang split this worker plays in the request: its

@@ -1,17 +1,21 @@
 """`POST /v1/completions` bodies in and out, as vLLM 0.33 reads and writes
 them (vllm/entrypoints/openai/completion/): token-id prompts only, one
-choice, no logprobs; the text of every choice is empty, as this worker
-keeps no tokenizer. `kv_transfer_params` is vLLM's P/D protocol
-(handoff.py), the `bootstrap_*` fields SGLang's (bootstrap.py)."""
+choice; the text of every choice is empty, as this worker keeps no
+tokenizer, so log probabilities are served only with
+`return_tokens_as_token_ids`, which names each token by its id.
+`kv_transfer_params` is vLLM's P/D protocol (handoff.py), the
+`bootstrap_*` fields SGLang's (bootstrap.py)."""
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kvrouter.engine import SamplingParams
+from kvrouter.engine.sampler import TokenLogprobs
 from kvrouter.worker.engine_mode.bootstrap import Bootstrap
 
 # vLLM's sampling defaults where the model's generation config sets none.
@@ -20,7 +24,9 @@ DEFAULT_TEMPERATURE = 1.0
 # Features this mode does not serve; vLLM would honour them. A cache salt
 # would need blocks kept apart per salt: served unsalted, it would share
 # the cache the salt is there to keep apart.
-UNSUPPORTED = ("echo", "logprobs", "suffix", "prompt_logprobs", "cache_salt")
+UNSUPPORTED = ("echo", "suffix", "prompt_logprobs", "cache_salt")
+# vLLM's names for tokens when asked `return_tokens_as_token_ids`.
+TOKEN_ID_PREFIX = "token_id:"
 
 
 @dataclass
@@ -66,6 +72,11 @@ def parse(body: Any) -> CompletionRequest:
     kv_transfer_params = body.get("kv_transfer_params") or {}
     if not isinstance(kv_transfer_params, dict):
         raise ValueError("kv_transfer_params must be an object")
+    logprobs = _field(body, "logprobs", int, None)
+    if logprobs is not None and not body.get("return_tokens_as_token_ids"):
+        raise ValueError(
+            "logprobs needs return_tokens_as_token_ids: this worker has no tokenizer to name tokens"
+        )
     stop_token_ids = body.get("stop_token_ids") or []
     if not isinstance(stop_token_ids, list) or not all(_is_int(t) for t in stop_token_ids):
         raise ValueError("stop_token_ids must be a list of token ids")
@@ -78,6 +89,7 @@ def parse(body: Any) -> CompletionRequest:
         seed=_field(body, "seed", int, None),
         ignore_eos=bool(body.get("ignore_eos")),
         stop_token_ids=tuple(stop_token_ids),
+        logprobs=logprobs,
     )
     return CompletionRequest(
         prompt=prompt,
@@ -115,6 +127,26 @@ def stop_reason(params: SamplingParams, token_ids: list[int], finish_reason: str
     return None
 
 
+def completion_logprobs(token_ids: list[int], found: Sequence[TokenLogprobs]) -> dict:
+    """vLLM's completion logprobs with tokens named by id: each token's
+    `top_logprobs` holds the chosen token first, then the most likely."""
+    tokens = [f"{TOKEN_ID_PREFIX}{t}" for t in token_ids]
+    offsets, at = [], 0
+    for token in tokens:
+        offsets.append(at)
+        at += len(token)
+    tops = [
+        {token: f.logprob} | {f"{TOKEN_ID_PREFIX}{t}": lp for t, lp in f.top}
+        for token, f in zip(tokens, found, strict=True)
+    ]
+    return {
+        "text_offset": offsets,
+        "token_logprobs": [f.logprob for f in found],
+        "tokens": tokens,
+        "top_logprobs": tops,
+    }
+
+
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
     return {
         "prompt_tokens": prompt_tokens,
@@ -140,6 +172,11 @@ class Responder:
     def _ids(self, token_ids: list[int]) -> list[int] | None:
         return token_ids if self.request.return_token_ids else None
 
+    def _logprobs(self, token_ids: list[int], found: Sequence[TokenLogprobs]) -> dict | None:
+        if self.request.params.logprobs is None:
+            return None
+        return completion_logprobs(token_ids, found)
+
     def _head(self) -> dict:
         return {
             "id": self.id,
@@ -154,6 +191,7 @@ class Responder:
         finish_reason: str | None,
         first: bool,
         kv_transfer_params: dict | None = None,
+        logprobs: Sequence[TokenLogprobs] = (),
     ) -> dict:
         """A streamed chunk; the first carries the prompt's token ids."""
         return {
@@ -162,7 +200,7 @@ class Responder:
                 {
                     "index": 0,
                     "text": "",
-                    "logprobs": None,
+                    "logprobs": self._logprobs(token_ids, logprobs),
                     "finish_reason": finish_reason,
                     "stop_reason": stop_reason(self.request.params, token_ids, finish_reason),
                     "prompt_token_ids": self._ids(self.request.prompt) if first else None,
@@ -186,6 +224,7 @@ class Responder:
         finish_reason: str,
         cached_tokens: int,
         kv_transfer_params: dict | None = None,
+        logprobs: Sequence[TokenLogprobs] = (),
     ) -> dict:
         """The whole, non-streamed answer."""
         prompt = self.request.prompt
@@ -195,7 +234,7 @@ class Responder:
                 {
                     "index": 0,
                     "text": "",
-                    "logprobs": None,
+                    "logprobs": self._logprobs(token_ids, logprobs),
                     "finish_reason": finish_reason,
                     "stop_reason": stop_reason(self.request.params, token_ids, finish_reason),
                     "token_ids": self._ids(token_ids),
