@@ -552,7 +552,8 @@ class Router:
     def canonical_model(self, model: str) -> str:
         """The name a request for `model` routes and hashes under:
         "model:adapter" when it names an adapter by itself and exactly one
-        model has that adapter, else `model` as it is."""
+        model has that adapter, else `model` as it is. Raises UnknownModel,
+        naming them, when several models have that adapter."""
     def models(self) -> list[tuple[str, int]]:
         """Every model name workers serve ("model", "model:adapter"; "" for
         workers that name none, and an adapter's own name where exactly one

@@ -232,7 +232,8 @@ class WorkerTable:
     def canonical_model(self, model: str) -> str:
         """What a request for `model` means: "model:adapter" for an adapter
         it names by itself (vLLM serves one under its own name), where
-        exactly one model has it; else `model` as it is."""
+        exactly one model has it; else `model` as it is. UnknownModel,
+        naming them, where several models have it."""
         return self.router.canonical_model(model)
 
     def expire(self, now: float | None = None) -> list[int]:

@@ -161,22 +161,20 @@ fn a_model_served_only_by_prefill_workers_is_not_routable() {
 fn an_adapter_named_by_itself_is_the_one_model_s_adapter_of_that_name() {
     let mut p = two_models(PolicyName::Kvrouter);
     assert!(chosen(&mut p, "sql").iter().all(|w| *w == 1));
-    assert_eq!(p.pool.canonical_model("sql").as_deref(), Some("llama:sql"));
+    assert_eq!(p.pool.canonical_model("sql"), Ok(Some("llama:sql".into())));
     assert_eq!(routable(&p, "sql"), Some(1));
     for served in ["llama", "llama:sql", "", "mistral"] {
-        assert_eq!(p.pool.canonical_model(served), None, "{served:?}");
+        assert_eq!(p.pool.canonical_model(served), Ok(None), "{served:?}");
     }
 
     p.pool
         .upsert_worker(WorkerId(3), Role::Both, 16_384, &serving("qwen", &["sql"]));
-    assert_eq!(
-        request(&p, "sql"),
-        Err(RouteError::AmbiguousAdapter {
-            name: "sql".into(),
-            models: "llama:sql, qwen:sql".into()
-        })
-    );
-    assert_eq!(p.pool.canonical_model("sql"), None);
+    let ambiguous = RouteError::AmbiguousAdapter {
+        name: "sql".into(),
+        models: "llama:sql, qwen:sql".into(),
+    };
+    assert_eq!(request(&p, "sql"), Err(ambiguous.clone()));
+    assert_eq!(p.pool.canonical_model("sql"), Err(ambiguous));
     assert_eq!(routable(&p, "sql"), None, "listed only where it names one");
 
     p.pool
@@ -207,6 +205,6 @@ fn only_a_named_model_s_plain_adapter_is_asked_for_by_its_own_name() {
             request(&p, name),
             Err(RouteError::UnknownModel(name.into()))
         );
-        assert_eq!(p.pool.canonical_model(name), None, "{name}");
+        assert_eq!(p.pool.canonical_model(name), Ok(None), "{name}");
     }
 }

@@ -90,25 +90,20 @@ impl Pool {
         match self.models.adapter_homes(name)[..] {
             [] => Err(RouteError::UnknownModel(name.to_owned())),
             [(_, id)] => Ok(id),
-            ref homes => Err(RouteError::AmbiguousAdapter {
-                name: name.to_owned(),
-                models: homes
-                    .iter()
-                    .map(|(home, _)| *home)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            }),
+            ref homes => Err(ambiguous(name, homes)),
         }
     }
 
     /// The `model:adapter` a request that names an adapter by itself means,
-    /// when it means exactly one; None for any other name, which routes
-    /// (or is refused) as it is. A request hashes in the namespace of what
-    /// it means, so that both names find the same cached blocks.
-    pub fn canonical_model(&self, name: &str) -> Option<String> {
+    /// when it means exactly one; `AmbiguousAdapter` when several models
+    /// have it; None for any other name, which routes (or is refused) as it
+    /// is. A request hashes in the namespace of what it means, so that both
+    /// names find the same cached blocks.
+    pub fn canonical_model(&self, name: &str) -> Result<Option<String>, RouteError> {
         match self.models.adapter_homes(name)[..] {
-            [(home, _)] => Some(home.to_owned()),
-            _ => None,
+            [] => Ok(None),
+            [(home, _)] => Ok(Some(home.to_owned())),
+            ref homes => Err(ambiguous(name, homes)),
         }
     }
 
@@ -308,5 +303,17 @@ impl Pool {
         self.workers
             .get_mut(&worker)
             .ok_or(RouteError::UnknownWorker(worker.0))
+    }
+}
+
+/// The refusal of `name`, an adapter of each of `homes` (`model:adapter`).
+fn ambiguous(name: &str, homes: &[(&str, ModelId)]) -> RouteError {
+    RouteError::AmbiguousAdapter {
+        name: name.to_owned(),
+        models: homes
+            .iter()
+            .map(|(home, _)| *home)
+            .collect::<Vec<_>>()
+            .join(", "),
     }
 }

@@ -18,6 +18,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyKeyError, PyLookupError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
+use std::borrow::Cow;
 use std::time::Instant;
 
 create_exception!(
@@ -462,9 +463,13 @@ impl PyRouter {
 
     /// The name a request for `model` routes under: `model:adapter` when
     /// it names an adapter by itself and exactly one model has that
-    /// adapter, else `model` as it is.
-    fn canonical_model(&self, model: &str) -> String {
-        self.router.canonical_model(model).into_owned()
+    /// adapter, else `model` as it is. UnknownModel, naming them, when
+    /// several models have that adapter.
+    fn canonical_model(&self, model: &str) -> PyResult<String> {
+        self.router
+            .canonical_model(model)
+            .map(Cow::into_owned)
+            .map_err(to_pyerr)
     }
 
     /// Every model name workers serve (`model`, `model:adapter`; "" for

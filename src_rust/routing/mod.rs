@@ -178,8 +178,9 @@ impl Router {
         let (hashes, num_tokens) = match prompt {
             Prompt::Tokens { tokens, namespace } => {
                 // An adapter named by itself hashes as its `model:adapter`;
-                // the decision resolves it alike (`Pool::model`).
-                let model = self.canonical_model(model);
+                // the decision resolves it alike (`Pool::model`), and refuses
+                // a name several models have as an adapter.
+                let model = self.canonical_model(model).unwrap_or(Cow::Borrowed(model));
                 let namespace = model_namespace(&model, namespace);
                 hashed = BlockHasher::for_namespace(self.block_size as usize, &namespace)
                     .seq_hashes(tokens);
@@ -391,15 +392,16 @@ impl Router {
 
     /// The name a request for `model` routes and hashes under: the
     /// `model:adapter` it means when it names an adapter by itself
-    /// (`Pool::canonical_model`), else `model` as it is.
-    pub fn canonical_model<'a>(&self, model: &'a str) -> Cow<'a, str> {
+    /// (`Pool::canonical_model`), else `model` as it is;
+    /// `AmbiguousAdapter` when several models have that adapter.
+    pub fn canonical_model<'a>(&self, model: &'a str) -> Result<Cow<'a, str>, RouteError> {
         if model.is_empty() || model.contains(ADAPTER_SEPARATOR) {
-            return Cow::Borrowed(model);
+            return Ok(Cow::Borrowed(model));
         }
-        match self.policy.lock().pool.canonical_model(model) {
+        Ok(match self.policy.lock().pool.canonical_model(model)? {
             Some(home) => Cow::Owned(home),
             None => Cow::Borrowed(model),
-        }
+        })
     }
 
     /// Every model name served, with how many of its workers are routable

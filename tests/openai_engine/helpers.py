@@ -15,7 +15,9 @@ from .stub import StubEngine
 MODEL = "tiny"
 
 
-def register(target: str, stub: StubEngine, role: str = "both", **fields) -> WorkerRegistration:
+def register(
+    target: str, stub: StubEngine, role: str = "both", model: str = MODEL, **fields
+) -> WorkerRegistration:
     """Registers `stub` as the sidecar registers an engine, its heartbeats
     carrying the load the test sets on it (`stub.load`); `fields` are
     more of WorkerRegistration's (kv_transfer, bootstrap_port)."""
@@ -24,7 +26,7 @@ def register(target: str, stub: StubEngine, role: str = "both", **fields) -> Wor
         role=role,
         capacity_blocks=10_000,
         address=stub.url,
-        model=MODEL,
+        model=model,
         protocol="openai",
         load=lambda: stub.load,
         **fields,

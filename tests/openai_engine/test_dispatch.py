@@ -346,3 +346,35 @@ def test_a_served_models_name_never_stands_for_another_models_adapter(tokenizer_
         registration.stop_background()
         stub.stop()
         router.kill()
+
+
+def test_an_adapter_several_models_have_is_a_404_naming_them(tokenizer_dir):
+    router = ServeProcess(
+        "--http-listen",
+        f"127.0.0.1:{free_port()}",
+        "--served-models",
+        f"{MODEL}={tokenizer_dir},other={tokenizer_dir}",
+    )
+    stubs = [StubEngine(TOKENS["a"]).start(), StubEngine(TOKENS["b"]).start()]
+    registrations = [
+        register(router.target, stub, model=model, adapters=["sql"])
+        for stub, model in zip(stubs, (MODEL, "other"), strict=True)
+    ]
+    try:
+        with front_door(router) as client:
+            wait_until(
+                lambda: len(client.models.list().data) == 4, what="both engines to be listed"
+            )
+            with pytest.raises(openai.NotFoundError) as refused:
+                client.completions.create(model="sql", prompt="select", max_tokens=2)
+            message = refused.value.body["message"]
+            assert f"{MODEL}:sql" in message and "other:sql" in message
+            assert not any(stub.received for stub in stubs)
+            client.completions.create(model="other:sql", prompt="select", max_tokens=2)
+            assert [body["model"] for body in stubs[1].received] == ["sql"]
+    finally:
+        for registration in registrations:
+            registration.stop_background()
+        for stub in stubs:
+            stub.stop()
+        router.kill()

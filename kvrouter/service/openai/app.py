@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from kvrouter.frontend import ModelTokenizer
 from kvrouter.net.http1_server import Answer, EventStream, Request
+from kvrouter.policy import UnknownModel
 from kvrouter.proto_gen import generation_pb2 as gen
 from kvrouter.service.config import ServiceConfig
 from kvrouter.service.errors import ServiceError
@@ -146,8 +147,12 @@ class FrontDoor:
         own, or `model:adapter` for an adapter named by itself where one
         model has it; None when it is no served model's. A served model's
         name never stands for another model's adapter, even while none of
-        its workers is up."""
-        routed = self.workers.canonical_model(model)
+        its workers is up. An adapter several models have is a 404 naming
+        them."""
+        try:
+            routed = self.workers.canonical_model(model)
+        except UnknownModel as e:
+            raise HttpError(404, str(e), code="model_not_found") from None
         if model in self.tokenizers and routed != model:
             return None
         return routed if routed.partition(":")[0] in self.tokenizers else None
