@@ -175,20 +175,24 @@ impl Router {
             request_id.to_owned()
         };
         let hashed;
-        let (hashes, num_tokens) = match prompt {
+        let resolved;
+        let (hashes, num_tokens, model) = match prompt {
             Prompt::Tokens { tokens, namespace } => {
-                // An adapter named by itself hashes as its `model:adapter`;
-                // the decision resolves it alike (`Pool::model`), and refuses
-                // a name several models have as an adapter.
-                let model = self.canonical_model(model).unwrap_or(Cow::Borrowed(model));
-                let namespace = model_namespace(&model, namespace);
+                // An adapter named by itself hashes and routes as its
+                // `model:adapter`, resolved once so that a registration in
+                // between cannot part the two; a name several models have
+                // as an adapter stays as it is, for the decision to refuse.
+                resolved = self.canonical_model(model).unwrap_or(Cow::Borrowed(model));
+                let namespace = model_namespace(&resolved, namespace);
                 hashed = BlockHasher::for_namespace(self.block_size as usize, &namespace)
                     .seq_hashes(tokens);
-                (hashed.as_slice(), tokens.len() as u64)
+                (hashed.as_slice(), tokens.len() as u64, resolved.as_ref())
             }
+            // The decision resolves an adapter named by itself (`Pool::model`).
             Prompt::Hashes { hashes, num_tokens } => (
                 hashes,
                 num_tokens.unwrap_or(hashes.len() as u64 * self.block_size),
+                model,
             ),
         };
         let session = SessionKey::of(session);
