@@ -611,7 +611,8 @@ class CompletionStream:
         probability, [(token id, log probability)] most likely first) per
         token, else empty. ValueError, with the reason, when the stream
         cannot be read on (an error event, a bad event, an event past the
-        limit, tokens without the log probabilities asked for)."""
+        limit); NotImplementedError when its tokens come without the log
+        probabilities asked for, or without naming their ids."""
 
     @property
     def ended(self) -> bool: ...

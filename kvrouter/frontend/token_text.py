@@ -13,6 +13,7 @@ from tokenizers import Tokenizer, decoders
 
 # A SentencePiece byte-fallback token: one byte, written in hex.
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+_METASPACE = "\u2581"
 
 
 def _byte_level_bytes() -> dict[str, int]:
@@ -53,4 +54,8 @@ class TokenTexts:
         byte = _BYTE_TOKEN.fullmatch(piece)
         if byte is not None:
             return bytes([int(byte.group(1), 16)])
+        if _METASPACE in piece:
+            # SentencePiece's space, which its decoder strips at the start
+            # of a text and so of a token decoded alone.
+            return piece.replace(_METASPACE, " ").encode()
         return text.encode()

@@ -164,6 +164,12 @@ class EngineClient:
                     break
                 try:
                     tokens, reason, _, found = stream.feed(data)
+                except NotImplementedError as e:
+                    # Another engine of the kind would fail alike: the
+                    # request fails, and no engine is held to blame.
+                    raise RequestFailed(
+                        grpc.StatusCode.UNIMPLEMENTED, f"engine {worker_id}: {e}"
+                    ) from None
                 except ValueError as e:
                     message = str(e)[:MAX_ERROR_CHARS]
                     raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, message) from None

@@ -104,6 +104,8 @@ class ProxiedRequest:
         self.decision = decision
         self.deadline = deadline
         self.generated: list[int] = []
+        # Whether chunks carry log probabilities: only then are they read.
+        self.scored = request.sampling.HasField("logprobs")
         self.retries = 0
         self.failed: set[int] = set()
         self._fingerprint: bytes | None = None
@@ -275,8 +277,9 @@ class ProxiedRequest:
                         acked = True
                         self._acknowledged(message.handoff)
                         continue
+                    logprobs = message.logprobs if self.scored else ()
                     yield self._chunk(
-                        list(message.token_ids), message.finish_reason, logprobs=message.logprobs
+                        list(message.token_ids), message.finish_reason, logprobs=logprobs
                     )
                     if message.finish_reason:
                         return
@@ -329,9 +332,8 @@ class ProxiedRequest:
                         stats.cached_tokens,
                         stats.prefill_ms,
                     )
-                yield self._chunk(
-                    list(message.token_ids), message.finish_reason, stats, message.logprobs
-                )
+                logprobs = message.logprobs if self.scored else ()
+                yield self._chunk(list(message.token_ids), message.finish_reason, stats, logprobs)
                 if message.finish_reason:
                     return
         raise WorkerFailure(worker_id, grpc.StatusCode.UNAVAILABLE, "the stream ended early")

@@ -95,8 +95,9 @@ class Requests:
                     request_id=request_id,
                     token_ids=output.new_token_ids,
                     decode_worker=self.identity.worker_id,
-                    logprobs=[logprobs_message(found) for found in output.new_logprobs],
                 )
+                if output.new_logprobs:
+                    response.logprobs.extend(map(logprobs_message, output.new_logprobs))
                 if finished:
                     seq = handle.seq
                     response.finish_reason = FINISH_REASONS[output.finish_reason]

@@ -3,7 +3,7 @@
 //! ids as JSON, and a client's prompt of ids read from its JSON.
 
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyNotImplementedError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -47,13 +47,17 @@ impl PyCompletionStream {
     /// or `[DONE]` has come; when asked for, one (log probability, [(token
     /// id, log probability)] most likely first) per token, else empty.
     /// ValueError, with the reason, when the stream cannot be read on (an
-    /// error event, a bad event, an event past the limit, tokens without
-    /// the log probabilities asked for).
+    /// error event, a bad event, an event past the limit);
+    /// NotImplementedError when its tokens come without the log
+    /// probabilities asked for, or without naming their ids.
     fn feed(&mut self, data: &[u8]) -> PyResult<FedPiece> {
-        let piece = self
-            .inner
-            .feed(data)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let piece = self.inner.feed(data).map_err(|e| {
+            if e.is_unsupported() {
+                PyNotImplementedError::new_err(e.to_string())
+            } else {
+                PyValueError::new_err(e.to_string())
+            }
+        })?;
         let finish = piece.finish.map(|f| match f {
             Finish::Stop => "stop",
             Finish::Length => "length",

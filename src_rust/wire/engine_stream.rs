@@ -40,6 +40,15 @@ pub enum EngineStreamError {
     BadLogprobs,
 }
 
+impl EngineStreamError {
+    /// Whether the engine cannot serve what the request asked (log
+    /// probabilities as ids), where another engine of its kind would fail
+    /// alike: the request's failure, not the engine's.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, Self::NoLogprobs | Self::BadLogprobs)
+    }
+}
+
 impl std::fmt::Display for EngineStreamError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -260,7 +269,7 @@ impl CompletionStream {
                 .ok_or(EngineStreamError::BadTokenIds)?;
             piece.tokens.push(id);
         }
-        if let Some(top) = self.top_logprobs {
+        if let Some(top) = self.top_logprobs.filter(|_| !ids.is_empty()) {
             let logprobs = choice
                 .logprobs
                 .filter(|l| !l.is_null())
@@ -814,7 +823,7 @@ mod tests {
     }
 
     #[test]
-    fn tokens_without_the_logprobs_asked_for_are_the_engine_s_failure() {
+    fn tokens_without_the_logprobs_asked_for_are_unsupported() {
         let cases = [
             (event(&[1], None), EngineStreamError::NoLogprobs),
             (
@@ -831,11 +840,19 @@ mod tests {
             ),
         ];
         for (body, error) in cases {
+            assert!(error.is_unsupported());
             let got = CompletionStream::new(1 << 20)
                 .with_logprobs(1)
                 .feed(body.as_bytes());
             assert_eq!(got, Err(error), "{body}");
         }
+        // A last event with no tokens needs none.
+        let piece = CompletionStream::new(1 << 20)
+            .with_logprobs(1)
+            .feed(event(&[], Some("stop")).as_bytes())
+            .unwrap();
+        assert_eq!(piece.finish, Some(Finish::Stop));
+        assert!(!EngineStreamError::BadTokenIds.is_unsupported());
     }
 
     #[test]

@@ -222,8 +222,11 @@ def test_completion_logprobs_are_the_engines(client, tokenizer, scored, prompt):
     assert got.token_logprobs == pytest.approx([w.logprob for w in want], abs=1e-4)
     assert got.text_offset == [sum(map(len, texts[:i])) for i in range(len(texts))]
     for top, w, text in zip(got.top_logprobs, want, texts, strict=True):
-        expected = {tokenizer.token_texts.of(t)[0]: lp for t, lp in w.top}
-        expected.setdefault(text, w.logprob)
+        # The chosen token first, then the most likely, as vLLM's.
+        expected = {text: w.logprob}
+        for t, lp in w.top:
+            expected.setdefault(tokenizer.token_texts.of(t)[0], lp)
+        assert list(top)[0] == text
         assert top == pytest.approx(expected, abs=1e-4)
 
 
@@ -261,9 +264,18 @@ def test_nulls_and_vllms_conventions_are_taken(client):
         model=MODEL,
         prompt="hi",
         max_tokens=2,
-        extra_body={"temperature": None, "n": None, "stream": None, "top_k": -1, "seed": -5},
+        extra_body={
+            "temperature": None,
+            "n": None,
+            "stream": None,
+            "top_k": -1,
+            "seed": -5,
+            "logprobs": False,
+            "top_logprobs": 0,
+        },
     )
     assert answer.usage.completion_tokens == 2
+    assert answer.choices[0].logprobs is None
 
 
 def test_unknown_paths_get_an_openai_body(front_door):

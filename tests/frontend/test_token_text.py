@@ -26,12 +26,19 @@ def test_a_special_token_is_its_own_content(tokenizer):
     assert tokenizer.token_texts.of(eos) == (tokenizer.eos_token, tokenizer.eos_token.encode())
 
 
-def test_a_byte_fallback_token_is_its_byte():
+def test_a_sentencepiece_token_keeps_its_space_and_a_byte_token_is_its_byte():
+    # Llama 2's decoder: the space its decoder strips from the start of a
+    # text (and so of a token decoded alone) is still in the token's bytes.
     vocab = {"<0xE4>": 0, "▁hello": 1, "<unk>": 2}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tokenizer.decoder = decoders.Sequence(
-        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+        [
+            decoders.Replace("▁", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1, 0),
+        ]
     )
     texts = TokenTexts(tokenizer)
     assert texts.of(0)[1] == b"\xe4"
-    assert texts.of(1) == (" hello", b" hello")
+    assert texts.of(1) == ("hello", b" hello")

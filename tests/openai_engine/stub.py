@@ -6,7 +6,13 @@ last choice with the finish reason, a usage summary, then [DONE]. It
 records every body it receives, and can be told to fail: `mode`
 "unavailable" (503 before any token), "refuse" (400), "drop" (the
 connection cut after two tokens), "hang" (headers, then nothing) or "hold"
-(one token, then nothing until the client leaves).
+(one token, then nothing until the client leaves); "one_event" streams
+every token in one choice, as an engine that has fallen behind its client
+does.
+
+Asked for `logprobs`, each choice carries them as vLLM's do with
+`return_tokens_as_token_ids` (token i's log probability is -(i + 1) / 10,
+with no other token more likely), unless `mode` is "no_logprobs".
 
 A request with `"stream": false` gets the whole answer at once; one with
 vLLM's `kv_transfer_params.do_remote_decode` (a prefill for a decode
@@ -135,10 +141,13 @@ class StubEngine:
                 while body["bootstrap_room"] not in self.prefill.rooms:
                     await asyncio.sleep(0.01)
             count = min(body["max_tokens"], len(self.tokens))
-            for i, token in enumerate(self.tokens[:count]):
+            per_event = count if mode == "one_event" else 1
+            for i in range(0, count, per_event):
                 if mode == "drop" and i == 2:
                     raise ConnectionAbortedError("the stub cuts the connection")
-                chunk = _chunk(body, [token], None)
+                chunk = _chunk(body, self.tokens[i : i + per_event], None)
+                if body.get("logprobs") is not None and mode != "no_logprobs":
+                    chunk["choices"][0]["logprobs"] = _logprobs(self.tokens, i, i + per_event)
                 if i == 0:
                     # As vLLM does: the prompt's ids, once, in the first choice.
                     chunk["choices"][0]["prompt_token_ids"] = body["prompt"]
@@ -154,6 +163,18 @@ class StubEngine:
         finally:
             if not finished and mode != "drop":
                 self.disconnects += 1
+
+
+def _logprobs(tokens: list[int], start: int, end: int) -> dict:
+    """vLLM's completion logprobs of tokens[start:end], named by id."""
+    names = [f"token_id:{t}" for t in tokens[start:end]]
+    values = [-(i + 1) / 10 for i in range(start, end)]
+    return {
+        "text_offset": [0] * len(names),
+        "token_logprobs": values,
+        "tokens": names,
+        "top_logprobs": [{name: v} for name, v in zip(names, values, strict=True)],
+    }
 
 
 def _chunk(body: dict, tokens: list[int], finish_reason: str | None) -> dict:

@@ -349,26 +349,34 @@ def test_a_served_models_name_never_stands_for_another_models_adapter(tokenizer_
 
 
 def test_an_adapter_several_models_have_is_a_404_naming_them(tokenizer_dir):
+    """`sql` and `ghost` are adapters of two models; `ghost` is also a model
+    the front door serves, with no worker up."""
     router = ServeProcess(
         "--http-listen",
         f"127.0.0.1:{free_port()}",
         "--served-models",
-        f"{MODEL}={tokenizer_dir},other={tokenizer_dir}",
+        f"{MODEL}={tokenizer_dir},other={tokenizer_dir},ghost={tokenizer_dir}",
     )
     stubs = [StubEngine(TOKENS["a"]).start(), StubEngine(TOKENS["b"]).start()]
     registrations = [
-        register(router.target, stub, model=model, adapters=["sql"])
+        register(router.target, stub, model=model, adapters=["sql", "ghost"])
         for stub, model in zip(stubs, (MODEL, "other"), strict=True)
     ]
     try:
+        ready = f"http://127.0.0.1:{router.wait_for('router serving')['http_port']}/ready"
         with front_door(router) as client:
             wait_until(
-                lambda: len(client.models.list().data) == 4, what="both engines to be listed"
+                lambda: len(client.models.list().data) == 6, what="both engines to be listed"
             )
             with pytest.raises(openai.NotFoundError) as refused:
                 client.completions.create(model="sql", prompt="select", max_tokens=2)
             message = refused.value.body["message"]
             assert f"{MODEL}:sql" in message and "other:sql" in message
+            # A model it serves is that model, whoever has an adapter of its name.
+            with pytest.raises(openai.NotFoundError) as refused:
+                client.completions.create(model="ghost", prompt="boo", max_tokens=2)
+            assert "adapter" not in refused.value.body["message"]
+            assert _status(ready) == 503, "no worker serves ghost itself"
             assert not any(stub.received for stub in stubs)
             client.completions.create(model="other:sql", prompt="select", max_tokens=2)
             assert [body["model"] for body in stubs[1].received] == ["sql"]
@@ -378,3 +386,37 @@ def test_an_adapter_several_models_have_is_a_404_naming_them(tokenizer_dir):
         for stub in stubs:
             stub.stop()
         router.kill()
+
+
+@pytest.mark.parametrize("stop", ["token id", "string"])
+def test_logprobs_end_at_the_token_that_stops_an_engine_s_chunk(client, engines, tokenizer, stop):
+    # Each stub sends all its tokens in one choice; the answer stops at its fourth.
+    for stub, _ in engines.values():
+        stub.mode = "one_event"
+    fourth = [stub.tokens[3] for stub, _ in engines.values()]
+    cut = (
+        {"extra_body": {"stop_token_ids": fourth}}
+        if stop == "token id"
+        else {"stop": [tokenizer.decode([t]) for t in fourth]}
+    )
+    answer = client.completions.create(
+        model=MODEL, prompt="hi", max_tokens=12, logprobs=0, temperature=0, **cut
+    )
+    got = answer.choices[0].logprobs
+    (stub,) = [stub for stub, _ in engines.values() if stub.received]
+    assert got.tokens == [tokenizer.token_texts.of(t)[0] for t in stub.tokens[:4]]
+    assert got.token_logprobs == pytest.approx([-0.1, -0.2, -0.3, -0.4])
+    assert answer.choices[0].finish_reason == "stop"
+
+
+def test_an_engine_that_streams_no_logprobs_fails_the_request_alone(client, engines):
+    for stub, _ in engines.values():
+        stub.mode = "no_logprobs"
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.completions.create(model=MODEL, prompt="hi", max_tokens=3, logprobs=1)
+    assert refused.value.status_code == 501
+    assert "no log probabilities" in refused.value.body["message"]
+    # Not tried again elsewhere: another engine of the kind would fail alike.
+    assert sum(len(stub.received) for stub, _ in engines.values()) == 1
+    answer = client.completions.create(model=MODEL, prompt="hi", max_tokens=3)
+    assert answer.choices[0].finish_reason == "length"

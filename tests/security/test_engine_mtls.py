@@ -52,7 +52,7 @@ async def _generate(ca, client: Credentials) -> list[int]:
     request = gen.GenerateRequest(request_id="r1", sampling=gen.SamplingParams(max_tokens=2))
     try:
         tokens = []
-        async for ids, _ in engines.generate(
+        async for ids, _, _ in engines.generate(
             1,
             f"https://127.0.0.1:{port}",
             request,

@@ -152,6 +152,8 @@ class FrontDoor:
         try:
             routed = self.workers.canonical_model(model)
         except UnknownModel as e:
+            if model in self.tokenizers:
+                return None
             raise HttpError(404, str(e), code="model_not_found") from None
         if model in self.tokenizers and routed != model:
             return None

@@ -122,8 +122,9 @@ class Completion:
                         grpc.StatusCode.UNAVAILABLE, "the worker aborted the request; retry it"
                     )
                 if scored is not None and chunk.token_ids:
-                    _score(scored, chunk)
-                piece = text.feed(chunk.token_ids)
+                    piece = _feed_scored(text, chunk, scored)
+                else:
+                    piece = text.feed(chunk.token_ids)
                 if text.stopped:
                     record.finish_reason = "stop"
                     yield piece, "stop", scored
@@ -210,7 +211,7 @@ class Completion:
         writer = self._writer()
         try:
             async for piece, reason, scored in self.texts(first, chunks):
-                logprobs = None if writer is None else writer.write(*scored)
+                logprobs = writer.write(*scored) if writer and scored[0] else None
                 choice = self._choice(piece, reason, logprobs, delta=True, first=opening)
                 yield _event(self._object([choice], chunk=True))
                 opening = False
@@ -229,16 +230,26 @@ class Completion:
         return _event(error.body())
 
 
-def _score(scored: Scored, chunk: gen.GenerateResponse) -> None:
-    """Adds `chunk`'s tokens and their log probabilities to `scored`; a
-    ServiceError when the worker sent none (an engine that cannot)."""
-    if len(chunk.logprobs) != len(chunk.token_ids):
+def _feed_scored(text: TextStream, chunk: gen.GenerateResponse, scored: Scored) -> str:
+    """`text.feed` of `chunk`'s tokens one at a time, each added to `scored`
+    with its log probabilities up to the one that stops the text (a stop
+    token, or the last of a stop string): an engine's chunk may hold tokens
+    past a stop, which are not part of the answer. A ServiceError when the
+    worker sent no log probabilities (a build of kvrouter without them)."""
+    ids, logprobs = chunk.token_ids, chunk.logprobs
+    if len(logprobs) != len(ids):
         raise ServiceError(
             grpc.StatusCode.UNIMPLEMENTED,
-            f"worker {chunk.decode_worker} returned no log probabilities for this request",
+            "a worker returned no log probabilities for this request",
         )
-    scored[0].extend(chunk.token_ids)
-    scored[1].extend(chunk.logprobs)
+    piece = ""
+    for token_id, found in zip(ids, logprobs, strict=True):
+        piece += text.feed((token_id,))
+        scored[0].append(token_id)
+        scored[1].append(found)
+        if text.stopped:
+            break
+    return piece
 
 
 def _event(obj: dict) -> bytes:

@@ -1,7 +1,7 @@
 """Generated tokens' log probabilities in OpenAI's shapes: a chat
 completion's `{"content": [{token, logprob, bytes, top_logprobs}]}`, and a
 completion's `{tokens, token_logprobs, top_logprobs, text_offset}` (whose
-top_logprobs, as vLLM's, holds the chosen token too). Each token is named
+top_logprobs, as vLLM's, holds the chosen token first). Each token is named
 by its own text (`TokenTexts`); a stream's chunks carry the entries of the
 tokens that arrived since the last chunk, and `text_offset` runs on across
 them."""
@@ -53,11 +53,11 @@ class LogprobsWriter:
         tokens, token_logprobs, tops, offsets = [], [], [], []
         for token_id, found in zip(token_ids, logprobs, strict=True):
             text = self._texts.of(token_id)[0]
-            top = {
-                self._texts.of(t)[0]: _finite(lp)
-                for t, lp in zip(found.top_token_ids, found.top_logprobs, strict=True)
-            }
-            top.setdefault(text, _finite(found.logprob))
+            # The chosen token first, then the most likely, as vLLM's; a
+            # token whose text an earlier one has is left out.
+            top = {text: _finite(found.logprob)}
+            for t, lp in zip(found.top_token_ids, found.top_logprobs, strict=True):
+                top.setdefault(self._texts.of(t)[0], _finite(lp))
             tokens.append(text)
             token_logprobs.append(_finite(found.logprob))
             tops.append(top)

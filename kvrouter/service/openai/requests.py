@@ -153,12 +153,13 @@ class CompletionRequest(_Sampling, kw_only=True):
             raise ValueError("echo: not supported")
 
     def logprobs_count(self) -> int | None:
-        # An int, 0 included, asks for the chosen token's and that many more.
-        if self.top_logprobs is not None:
+        # An int, 0 included, asks for the chosen token's and that many more;
+        # false, as null, for none. A top_logprobs of 0 asks nothing (vLLM's).
+        if self.top_logprobs:
             raise ValueError("top_logprobs: a chat completion's; here logprobs is the count")
-        if self.logprobs is None:
+        if self.logprobs is None or self.logprobs is False:
             return None
-        if isinstance(self.logprobs, bool) or not 0 <= self.logprobs <= MAX_LOGPROBS:
+        if self.logprobs is True or not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise ValueError(f"logprobs must be an integer from 0 to {MAX_LOGPROBS}")
         return self.logprobs
 
