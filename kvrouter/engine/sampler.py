@@ -95,7 +95,8 @@ def token_logprobs(
         return found
     logprobs = torch.log_softmax(logits[rows], dim=-1)
     chosen = logprobs[torch.arange(len(rows)), [tokens[row] for row in rows]].tolist()
-    widest = max(seqs[row].params.logprobs for row in rows)
+    # A vocabulary smaller than the count asked gives every token.
+    widest = min(max(seqs[row].params.logprobs for row in rows), logprobs.shape[-1])
     top_values, top_ids = logprobs.topk(widest, dim=-1) if widest else (None, None)
     for i, row in enumerate(rows):
         count = seqs[row].params.logprobs

@@ -89,3 +89,9 @@ def test_logprobs_zero_gives_the_chosen_token_s_alone_and_no_token_none():
     seq = Sequence("r", [1], SamplingParams(logprobs=0))
     assert token_logprobs(LOGITS, [seq], [3])[0].top == ()
     assert token_logprobs(LOGITS, [seq], [NO_TOKEN]) == [None]
+
+
+def test_more_logprobs_than_the_vocabulary_gives_every_token():
+    seq = Sequence("r", [1], SamplingParams(logprobs=5))
+    (found,) = token_logprobs(LOGITS, [seq], [1])
+    assert [token for token, _ in found.top] == [1, 0, 3, 2]
