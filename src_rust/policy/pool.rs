@@ -87,10 +87,9 @@ impl Pool {
         if let Some(id) = self.models.resolve(name) {
             return Ok(id);
         }
-        match self.models.adapter_homes(name)[..] {
-            [] => Err(RouteError::UnknownModel(name.to_owned())),
-            [(_, id)] => Ok(id),
-            ref homes => Err(ambiguous(name, homes)),
+        match self.adapter_home(name)? {
+            Some((_, id)) => Ok(id),
+            None => Err(RouteError::UnknownModel(name.to_owned())),
         }
     }
 
@@ -100,10 +99,24 @@ impl Pool {
     /// is. A request hashes in the namespace of what it means, so that both
     /// names find the same cached blocks.
     pub fn canonical_model(&self, name: &str) -> Result<Option<String>, RouteError> {
+        Ok(self.adapter_home(name)?.map(|(home, _)| home.to_owned()))
+    }
+
+    /// The one `model:adapter` (and its id) an adapter named by itself
+    /// stands for; None when it stands for none, `AmbiguousAdapter` when
+    /// for several.
+    fn adapter_home(&self, name: &str) -> Result<Option<(&str, ModelId)>, RouteError> {
         match self.models.adapter_homes(name)[..] {
             [] => Ok(None),
-            [(home, _)] => Ok(Some(home.to_owned())),
-            ref homes => Err(ambiguous(name, homes)),
+            [home] => Ok(Some(home)),
+            ref homes => Err(RouteError::AmbiguousAdapter {
+                name: name.to_owned(),
+                models: homes
+                    .iter()
+                    .map(|(home, _)| *home)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
         }
     }
 
@@ -303,17 +316,5 @@ impl Pool {
         self.workers
             .get_mut(&worker)
             .ok_or(RouteError::UnknownWorker(worker.0))
-    }
-}
-
-/// The refusal of `name`, an adapter of each of `homes` (`model:adapter`).
-fn ambiguous(name: &str, homes: &[(&str, ModelId)]) -> RouteError {
-    RouteError::AmbiguousAdapter {
-        name: name.to_owned(),
-        models: homes
-            .iter()
-            .map(|(home, _)| *home)
-            .collect::<Vec<_>>()
-            .join(", "),
     }
 }
