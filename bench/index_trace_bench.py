@@ -3,7 +3,10 @@
 For each cache size it applies the same event stream, in chunks of 1,024 events
 (one apply_many call each), to kvrouter with its own hashes as engine ids, to
 kvrouter with opaque engine ids (what vLLM and SGLang send), and to Dynamo's
-RadixTree (JSON KvCacheEvent bytes, opaque ids). Each chunk ends with one
+RadixTree (JSON KvCacheEvent bytes, opaque ids). Kvrouter's index is first given
+room for the workers' capacity, as the service's router gives it when they
+register ("kvrouter/seq", "kvrouter/opaque"), and also runs without it
+(", grown"), its tables doubling as they fill. Each chunk ends with one
 fresh-block event of its own, so that Dynamo's background applier can be timed
 per chunk: the clock stops once that block is visible. On the final state of the
 largest run Dynamo also ran (it is skipped where its tree would not fit) it times
@@ -160,8 +163,13 @@ class Clocks:
     cpu: list[float] = field(default_factory=list)
 
 
-def run_kvrouter(batches, core=kvrouter) -> tuple[PrefixIndex, Clocks, list[int]]:
+def run_kvrouter(
+    batches, core=kvrouter, reserve_blocks: int = 0
+) -> tuple[PrefixIndex, Clocks, list[int]]:
+    """`reserve_blocks`: the room made before the first event, as a router makes
+    it for its registered workers' capacity; 0 lets the tables grow as they fill."""
     index = core.PrefixIndex(BLOCK_SIZE)
+    index.reserve(reserve_blocks)
     clocks, sizes = Clocks(), []
     for chunk in batches:
         start, cpu = time.perf_counter(), time.process_time()
@@ -259,13 +267,27 @@ def bench_scale(rows, scale: TraceScale, seed: int, dynamo_bytes_per_block: floa
         for i in rng.integers(len(workload.requests) // 2, len(workload.requests), 200)
     ]
     indexes = {}
+    fleet_blocks = scale.workers * scale.capacity
     for mode in ("seq", "opaque"):
-        index, clocks, sizes = run_kvrouter(kvrouter_chunks(workload.blocks, chunks, mode))
+        # As the service runs it: its workers' capacity reserved when they register.
+        index, clocks, sizes = run_kvrouter(
+            kvrouter_chunks(workload.blocks, chunks, mode), reserve_blocks=fleet_blocks
+        )
         indexes[mode] = index
         results["systems"][f"kvrouter/{mode}"] = {
             **measured(clocks, blocks, sizes),
             "index_blocks": sizes[-1],
+            "reserved_blocks": fleet_blocks,
+            "table_bytes": index.stats()["table_bytes"],
         }
+        # An index given no capacity: its tables double as it fills.
+        grown, clocks, sizes = run_kvrouter(kvrouter_chunks(workload.blocks, chunks, mode))
+        results["systems"][f"kvrouter/{mode}, grown"] = {
+            **measured(clocks, blocks, sizes),
+            "index_blocks": sizes[-1],
+            "table_bytes": grown.stats()["table_bytes"],
+        }
+        del grown
     if dynamo_bytes_per_block is not None:
         need = dynamo_bytes_per_block * sizes[-1]
         if need > DYNAMO_MEMORY_GIB * 2**30:
@@ -445,7 +467,7 @@ def report(results: dict, table, fmt) -> str:
     for s in results["scales"]:
         for name, system in s["systems"].items():
             if "skipped" in system:
-                rows.append([s["scale"], "", name, "skipped: " + system["skipped"]] + [""] * 9)
+                rows.append([s["scale"], "", name, "", "skipped: " + system["skipped"]] + [""] * 9)
                 continue
             for clock in ("cpu", "wall"):
                 sy = system[clock]
@@ -454,11 +476,13 @@ def report(results: dict, table, fmt) -> str:
                     fmt(sy[f"x_dynamo_{phase}"], 2) + "x" if f"x_dynamo_{phase}" in sy else ""
                     for phase in ("fill", "churn", "all")
                 ]
+                tables = system.get("table_bytes")
                 rows.append(
                     [
                         s["scale"],
                         f"{s['systems']['kvrouter/seq']['index_blocks']:,}",
                         name,
+                        fmt(tables / 2**20, 0) if tables and clock == "cpu" else "",
                         clock,
                         fmt(sy["fill_mblocks_s"], 2),
                         fmt(sy["churn_mblocks_s"], 2),
@@ -479,6 +503,7 @@ def report(results: dict, table, fmt) -> str:
                 "scale",
                 "index blocks",
                 "system",
+                "tables MiB",
                 "clock",
                 "fill M/s",
                 "churn M/s",

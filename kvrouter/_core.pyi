@@ -247,8 +247,12 @@ class PrefixIndex:
         self, tokens: Tokens, *, namespace: str = "", early_exit: bool = False
     ) -> OverlapScores: ...
     def insert_approximate(self, worker_id: int, seq_hashes: Hashes, ttl_s: float) -> None: ...
+    def reserve(self, blocks: int) -> None:
+        """Makes room for `blocks` blocks at once (at most `max_blocks`), so that
+        applying events never grows the index's tables in one stalling step while it
+        holds fewer. A router reserves its workers' KV capacity."""
     def stats(self) -> dict[str, int]:
-        """{"blocks", "workers", "approximate", "pruned_total"}"""
+        """{"blocks", "workers", "approximate", "pruned_total", "table_bytes"}"""
     def workers(self) -> dict[int, tuple[int, int]]:
         """{worker_id: (confirmed blocks, next expected batch number)}"""
     def snapshot(self, *, stream_position: int = 0, next_worker_id: int = 0) -> bytes:
@@ -503,7 +507,8 @@ class Router:
         adapters: list[str] = ...,
     ) -> None:
         """Routed requests for `model` ("" : requests that name none) and for
-        `model:adapter` for each of `adapters`."""
+        `model:adapter` for each of `adapters`. The index reserves room for all
+        registered workers' `capacity_blocks` (PrefixIndex.reserve)."""
     def remove_worker(self, worker_id: int) -> list[str]:
         """Forgets the worker; returns the ids of requests booked on it."""
     def set_healthy(self, worker_id: int, healthy: bool) -> None: ...

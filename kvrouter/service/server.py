@@ -147,6 +147,11 @@ class RouterServer:
             "Workers with entries in the prefix index",
             lambda: index.stats()["workers"],
         )
+        m.gauge(
+            "kvrouter_index_table_bytes",
+            "Bytes of the prefix index's hash tables, reserved room included",
+            lambda: index.stats()["table_bytes"],
+        )
         m.gauge("kvrouter_registered_workers", "Registered workers", lambda: len(workers))
         m.gauge(
             "kvrouter_stale_workers",

@@ -108,6 +108,8 @@ pub struct NodeArena {
     /// prune, a cleared worker): left in place, as finding them would take
     /// a scan, and swept before a hole is reused.
     stale_names: usize,
+    /// Entries both tables make room for up front ([`NodeArena::reserve`]).
+    reserved: usize,
 }
 
 /// The hash table's hash of a sequence hash: it is already uniformly random.
@@ -284,11 +286,23 @@ impl NodeArena {
             .find(name_hash(id), |i| self.is_named_by(i, id))
     }
 
+    /// Makes room in the tables for `nodes` nodes, and in the name table for
+    /// as many names once an engine names blocks by ids of its own, so that
+    /// neither doubles while the arena stays under that size.
+    pub fn reserve(&mut self, nodes: usize) {
+        self.reserved = self.reserved.max(nodes);
+        self.table.reserve(nodes);
+        if !self.name_checks.is_empty() {
+            self.by_name.reserve(nodes);
+        }
+    }
+
     /// Names node `index` `id` unless it has another name or `id` names
     /// another node; returns whether `id` now names it.
     pub fn name(&mut self, index: u32, id: EngineBlockId) -> bool {
         if self.name_checks.is_empty() {
             self.name_checks = vec![0; self.nodes.len()];
+            self.by_name.reserve(self.reserved);
         }
         if self.is_named(index) {
             // `id` is its name if the bottom halves match and the node's
@@ -484,6 +498,11 @@ impl NodeArena {
         self.by_name.remap(|i| remap.get(i));
         self.stale_names = 0;
         remap
+    }
+
+    /// Bytes of the two hash tables, reserved room included.
+    pub fn table_bytes(&self) -> usize {
+        self.table.heap_bytes() + self.by_name.heap_bytes()
     }
 
     /// Bytes held by the arena and its tables.

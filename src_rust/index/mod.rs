@@ -24,8 +24,8 @@ pub use events::{
 };
 pub use overlap::{OverlapScores, TierDepths};
 pub use snapshot::SnapshotMarks;
-pub use tree::PrefixTree;
 use tree::Started;
+pub use tree::{PrefixTree, MAX_RESERVED_BLOCKS};
 
 /// Blocks, plus one per event, that [`PrefixIndex::apply_in_slices`] applies
 /// per hold of the lock: about a millisecond of work.
@@ -93,6 +93,9 @@ pub struct IndexStats {
     pub workers: usize,
     pub approximate: usize,
     pub pruned_total: u64,
+    /// Bytes of the hash tables (sequence hashes, engine ids), reserved
+    /// room included.
+    pub table_bytes: usize,
 }
 
 /// One worker's place in the index.
@@ -149,6 +152,11 @@ impl PrefixIndex {
 
     pub fn block_size(&self) -> usize {
         self.tree.read().block_size
+    }
+
+    /// See [`PrefixTree::reserve`].
+    pub fn reserve(&self, blocks: usize) {
+        self.tree.write().reserve(blocks);
     }
 
     fn now_ms(&self) -> u64 {
@@ -259,6 +267,7 @@ impl PrefixIndex {
             workers: tree.workers.len(),
             approximate: tree.num_approximate(),
             pruned_total: tree.pruned_total(),
+            table_bytes: tree.table_bytes(),
         }
     }
 

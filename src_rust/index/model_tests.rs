@@ -133,6 +133,9 @@ enum Op {
     Gap {
         worker: u64,
     },
+    Reserve {
+        blocks: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -148,6 +151,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => worker.clone().prop_map(|worker| Op::RemoveWorker { worker }),
         1 => worker.clone().prop_map(|worker| Op::Duplicate { worker }),
         1 => worker.prop_map(|worker| Op::Gap { worker }),
+        1 => (0usize..64).prop_map(|blocks| Op::Reserve { blocks }),
     ]
 }
 
@@ -308,6 +312,7 @@ fn step(model: &mut Model, idx: &PrefixIndex, op: &Op) {
                 SeqStatus::Gap { expected }
             );
         }
+        Op::Reserve { blocks } => idx.reserve(*blocks),
     }
 }
 

@@ -29,6 +29,9 @@ pub struct SlotTable {
     /// log2 of the number of homes; 0 while nothing is allocated.
     bits: u32,
     len: usize,
+    /// The fewest homes the table keeps (log2), from [`SlotTable::reserve`]:
+    /// it never shrinks below them.
+    reserved_bits: u32,
 }
 
 /// The tag of a key hash: its top 32 bits.
@@ -104,6 +107,17 @@ impl SlotTable {
             .iter()
             .filter(|e| e.slot != EMPTY)
             .map(|e| (e.tag, e.slot))
+    }
+
+    /// Makes room for `len` entries at once, so that the table does not
+    /// grow again until it holds more: a doubling rewrites the whole table
+    /// in one insert, which at millions of entries stalls the caller.
+    pub fn reserve(&mut self, len: usize) {
+        let bits = bits_for(len);
+        self.reserved_bits = self.reserved_bits.max(bits);
+        if bits > self.bits {
+            self.resize(bits);
+        }
     }
 
     /// Adds `slot` under `hash`; the caller knows it is not there yet.
@@ -231,8 +245,9 @@ impl SlotTable {
             }
         }
         self.len = len;
-        if bits_for(len) + 1 < self.bits {
-            self.resize(bits_for(len));
+        let fits = bits_for(len).max(self.reserved_bits);
+        if fits + 1 < self.bits {
+            self.resize(fits);
         }
     }
 

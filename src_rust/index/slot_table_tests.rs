@@ -100,6 +100,8 @@ enum Op {
     Remove(u64),
     /// Drops every key whose slot is a multiple of the value, renumbering the rest.
     Remap(u32),
+    /// Makes room for this many entries.
+    Reserve(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -109,6 +111,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => key.clone().prop_map(Op::FindOrInsert),
         3 => key.prop_map(Op::Remove),
         1 => (2u32..5).prop_map(Op::Remap),
+        1 => (0usize..400).prop_map(Op::Reserve),
     ]
 }
 
@@ -131,6 +134,8 @@ enum RangeOp {
     Remove(u64, u64),
     /// Drops every key whose slot is a multiple of the value, renumbering the rest.
     Remap(u32),
+    /// Makes room for this many entries.
+    Reserve(usize),
 }
 
 fn range_op() -> impl Strategy<Value = RangeOp> {
@@ -139,6 +144,7 @@ fn range_op() -> impl Strategy<Value = RangeOp> {
         8 => (start.clone(), 1u64..200).prop_map(|(s, n)| RangeOp::Insert(s, n)),
         3 => (start, 1u64..200).prop_map(|(s, n)| RangeOp::Remove(s, n)),
         1 => (2u32..6).prop_map(RangeOp::Remap),
+        1 => (0usize..16_000).prop_map(RangeOp::Reserve),
     ]
 }
 
@@ -154,6 +160,7 @@ proptest! {
                 Op::FindOrInsert(key) => prop_assert!(checked.find_or_insert(key)),
                 Op::Remove(key) => prop_assert!(checked.remove(key)),
                 Op::Remap(every) => checked.remap(every),
+                Op::Reserve(len) => checked.table.reserve(len),
             }
             prop_assert_eq!(checked.table.len(), checked.model.len());
             for key in 0..300u64 {
@@ -189,6 +196,7 @@ proptest! {
                     }
                 }
                 RangeOp::Remap(every) => checked.remap(every),
+                RangeOp::Reserve(len) => checked.table.reserve(len),
             }
             prop_assert_eq!(checked.table.len(), checked.model.len());
         }
@@ -196,6 +204,37 @@ proptest! {
             prop_assert_eq!(checked.find(key), checked.model.get(&key).copied(), "key {}", key);
         }
     }
+}
+
+/// A table that made room for its entries takes them all without growing,
+/// the stall a doubling would be, and keeps that room when they go, so that
+/// it fills again without growing either.
+#[test]
+fn a_reserved_table_never_grows_under_its_reservation() {
+    let mut checked = Checked::new(uniform_hash);
+    checked.table.reserve(50_000);
+    let reserved = checked.table.heap_bytes();
+    for round in 0..2 {
+        for key in 0..50_000u64 {
+            checked.insert(key);
+        }
+        assert_eq!(checked.table.heap_bytes(), reserved, "round {round}");
+        for key in 0..50_000u64 {
+            assert!(checked.remove(key));
+        }
+        checked.remap(2);
+        assert_eq!(checked.table.heap_bytes(), reserved, "round {round}");
+    }
+    let mut unreserved = Checked::new(uniform_hash);
+    for key in 0..50_000u64 {
+        unreserved.insert(key);
+    }
+    assert_eq!(unreserved.table.heap_bytes(), reserved);
+    for key in 0..50_000u64 {
+        assert!(unreserved.remove(key));
+    }
+    unreserved.remap(2);
+    assert!(unreserved.table.heap_bytes() < reserved / 1000);
 }
 
 /// A table of millions of entries lies in memory advised for huge pages

@@ -20,6 +20,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// in between.
 const PREFETCH_AHEAD: usize = 8;
 
+/// The most blocks [`PrefixTree::reserve`] makes room for: tables of 2^25
+/// homes, 256 MiB each. A larger index grows its tables as it fills.
+pub const MAX_RESERVED_BLOCKS: usize = 1 << 24;
+
 pub struct PrefixTree {
     pub(crate) block_size: usize,
     pub(crate) max_nodes: Option<usize>,
@@ -413,6 +417,16 @@ impl PrefixTree {
 
     pub fn num_nodes(&self) -> usize {
         self.arena.len()
+    }
+
+    /// Makes room for `blocks` blocks at once, so that applying events does
+    /// not grow the tables until the index holds more. At most the bound,
+    /// if any, and [`MAX_RESERVED_BLOCKS`]: a reservation is paid in table
+    /// memory whether or not the blocks come.
+    pub fn reserve(&mut self, blocks: usize) {
+        let limit = self.max_nodes.unwrap_or(usize::MAX);
+        self.arena
+            .reserve(blocks.min(limit).min(MAX_RESERVED_BLOCKS));
     }
 
     pub fn num_approximate(&self) -> usize {
@@ -809,5 +823,10 @@ impl PrefixTree {
     /// Bytes of the node arena and its table, for memory accounting.
     pub fn node_heap_bytes(&self) -> usize {
         self.arena.heap_bytes()
+    }
+
+    /// Bytes of the hash tables, reserved room included.
+    pub fn table_bytes(&self) -> usize {
+        self.arena.table_bytes()
     }
 }

@@ -188,6 +188,14 @@ impl Pool {
         self.workers.len()
     }
 
+    /// The KV blocks all registered workers hold at most, together: what
+    /// their index can come to hold.
+    pub fn capacity_blocks(&self) -> u64 {
+        self.workers
+            .values()
+            .fold(0u64, |sum, state| sum.saturating_add(state.capacity_blocks))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.workers.is_empty()
     }

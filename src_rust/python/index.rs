@@ -168,6 +168,13 @@ impl PyPrefixIndex {
         self.0.block_size()
     }
 
+    /// Makes room for `blocks` blocks at once (at most `max_blocks`), so that
+    /// applying events never grows the index's tables in one stalling step
+    /// while it holds fewer. A router reserves its workers' KV capacity.
+    fn reserve(&self, py: Python<'_>, blocks: usize) {
+        py.detach(|| self.0.reserve(blocks));
+    }
+
     /// Applies batch `seq` of `worker_id`'s events. A malformed event raises
     /// ValueError; with `strict`, removing, marking or extending a block the worker
     /// does not hold raises KeyError. Either way nothing is applied.
@@ -347,7 +354,7 @@ impl PyPrefixIndex {
         }
     }
 
-    /// {"blocks", "workers", "approximate", "pruned_total"}
+    /// {"blocks", "workers", "approximate", "pruned_total", "table_bytes"}
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let stats = self.0.stats();
         let dict = PyDict::new(py);
@@ -355,6 +362,7 @@ impl PyPrefixIndex {
         dict.set_item("workers", stats.workers)?;
         dict.set_item("approximate", stats.approximate)?;
         dict.set_item("pruned_total", stats.pruned_total)?;
+        dict.set_item("table_bytes", stats.table_bytes)?;
         Ok(dict)
     }
 

@@ -243,13 +243,16 @@ impl PyRouter {
 
     /// Adds or updates a worker; `address` is what responses name. It is
     /// routed requests for `model` (empty: requests that name none) and for
-    /// `model:adapter` for each of `adapters`.
+    /// `model:adapter` for each of `adapters`. The index reserves room for
+    /// all registered workers' `capacity_blocks`.
     #[pyo3(signature = (
         worker_id, role, capacity_blocks, address = String::new(), *, model = String::new(),
         adapters = Vec::new()
     ))]
+    #[allow(clippy::too_many_arguments)]
     fn upsert_worker(
         &self,
+        py: Python<'_>,
         worker_id: u64,
         role: &str,
         capacity_blocks: u64,
@@ -262,9 +265,14 @@ impl PyRouter {
             return Err(PyValueError::new_err("capacity_blocks must be positive"));
         }
         let serves = Serves { model, adapters };
-        self.router.with_pool(|pool| {
-            pool.upsert_worker(WorkerId(worker_id), parsed, capacity_blocks, &serves)
+        let fleet_blocks = self.router.with_pool(|pool| {
+            pool.upsert_worker(WorkerId(worker_id), parsed, capacity_blocks, &serves);
+            pool.capacity_blocks()
         });
+        // Sized for what the workers can hold, the index never doubles its
+        // tables while applying their events (src_rust/index/README.md).
+        let index = &self.index.get().0;
+        py.detach(|| index.reserve(usize::try_from(fleet_blocks).unwrap_or(usize::MAX)));
         self.directory
             .write()
             .set(WorkerId(worker_id), role.to_owned(), address);
