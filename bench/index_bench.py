@@ -682,6 +682,11 @@ def trimmed_rss() -> int:
     return psutil.Process().memory_info().rss
 
 
+# A memory system's suffix: the index given room for every worker's capacity first, as the
+# service's router gives it when they register.
+RESERVED = ", reserved"
+
+
 def memory_child(system: str, conversations: int, capacity: int, seed: int) -> dict:
     """Runs in a fresh process: RSS growth from applying one event stream.
 
@@ -699,10 +704,13 @@ def memory_child(system: str, conversations: int, capacity: int, seed: int) -> d
         before = trimmed_rss()
         apply_dynamo(tree, inputs, sentinels)
     else:
-        variant = next(v for v in VARIANTS if v.name == system)
+        name, reserved = system.removesuffix(RESERVED), system.endswith(RESERVED)
+        variant = next(v for v in VARIANTS if v.name == name)
         index = PrefixIndex(BLOCK_SIZE)
         batches = [(w, s, [make()]) for w, s, make in kvrouter_factories(stream, variant)]
         before = trimmed_rss()
+        if reserved:
+            index.reserve(FULL.stream_workers * capacity)
         for start in range(0, len(batches), BULK_CHUNK):
             index.apply_many(batches[start : start + BULK_CHUNK])
         stats = index.stats()
@@ -720,7 +728,8 @@ def memory_child(system: str, conversations: int, capacity: int, seed: int) -> d
 
 
 def bench_memory(scale: Scale, seed: int) -> list[dict]:
-    systems = ["dynamo"] + [v.name for v in VARIANTS[:2]]
+    variants = [v.name for v in VARIANTS[:2]]
+    systems = ["dynamo", *variants, *(name + RESERVED for name in variants)]
     rows = []
     bar = progress(len(systems), "memory (subprocesses)")
     for system in systems:

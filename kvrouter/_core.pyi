@@ -247,10 +247,12 @@ class PrefixIndex:
         self, tokens: Tokens, *, namespace: str = "", early_exit: bool = False
     ) -> OverlapScores: ...
     def insert_approximate(self, worker_id: int, seq_hashes: Hashes, ttl_s: float) -> None: ...
-    def reserve(self, blocks: int) -> None:
-        """Makes room for `blocks` blocks at once (at most `max_blocks`), so that
-        applying events never grows the index's tables in one stalling step while it
-        holds fewer. A router reserves its workers' KV capacity."""
+    def reserve(self, capacity_blocks: int) -> None:
+        """Sizes the tables for workers that can hold `capacity_blocks` blocks together
+        (at most `max_blocks` and 2**24): one home per block, kept until the next call,
+        so that applying their events does not double a table, one stalling step, until
+        more than 7/8 of those blocks are distinct. A router sizes its index for its
+        registered workers."""
     def stats(self) -> dict[str, int]:
         """{"blocks", "workers", "approximate", "pruned_total", "table_bytes"}"""
     def workers(self) -> dict[int, tuple[int, int]]:
@@ -507,7 +509,7 @@ class Router:
         adapters: list[str] = ...,
     ) -> None:
         """Routed requests for `model` ("" : requests that name none) and for
-        `model:adapter` for each of `adapters`. The index reserves room for all
+        `model:adapter` for each of `adapters`. The index is sized for all
         registered workers' `capacity_blocks` (PrefixIndex.reserve)."""
     def remove_worker(self, worker_id: int) -> list[str]:
         """Forgets the worker; returns the ids of requests booked on it."""

@@ -108,8 +108,8 @@ pub struct NodeArena {
     /// prune, a cleared worker): left in place, as finding them would take
     /// a scan, and swept before a hole is reused.
     stale_names: usize,
-    /// Entries both tables make room for up front ([`NodeArena::reserve`]).
-    reserved: usize,
+    /// Homes both tables are given up front ([`NodeArena::reserve`]).
+    reserved_homes: usize,
 }
 
 /// The hash table's hash of a sequence hash: it is already uniformly random.
@@ -286,14 +286,14 @@ impl NodeArena {
             .find(name_hash(id), |i| self.is_named_by(i, id))
     }
 
-    /// Makes room in the tables for `nodes` nodes, and in the name table for
-    /// as many names once an engine names blocks by ids of its own, so that
-    /// neither doubles while the arena stays under that size.
-    pub fn reserve(&mut self, nodes: usize) {
-        self.reserved = self.reserved.max(nodes);
-        self.table.reserve(nodes);
+    /// Gives the sequence table at least `homes` homes, and the name table
+    /// as many once an engine names blocks by ids of its own (see
+    /// [`SlotTable::reserve`]).
+    pub fn reserve(&mut self, homes: usize) {
+        self.reserved_homes = homes;
+        self.table.reserve(homes);
         if !self.name_checks.is_empty() {
-            self.by_name.reserve(nodes);
+            self.by_name.reserve(homes);
         }
     }
 
@@ -302,7 +302,7 @@ impl NodeArena {
     pub fn name(&mut self, index: u32, id: EngineBlockId) -> bool {
         if self.name_checks.is_empty() {
             self.name_checks = vec![0; self.nodes.len()];
-            self.by_name.reserve(self.reserved);
+            self.by_name.reserve(self.reserved_homes);
         }
         if self.is_named(index) {
             // `id` is its name if the bottom halves match and the node's

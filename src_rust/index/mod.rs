@@ -155,8 +155,8 @@ impl PrefixIndex {
     }
 
     /// See [`PrefixTree::reserve`].
-    pub fn reserve(&self, blocks: usize) {
-        self.tree.write().reserve(blocks);
+    pub fn reserve(&self, capacity_blocks: usize) {
+        self.tree.write().reserve(capacity_blocks);
     }
 
     fn now_ms(&self) -> u64 {

@@ -30,7 +30,7 @@ pub struct SlotTable {
     bits: u32,
     len: usize,
     /// The fewest homes the table keeps (log2), from [`SlotTable::reserve`]:
-    /// it never shrinks below them.
+    /// a remap never shrinks it below them.
     reserved_bits: u32,
 }
 
@@ -109,12 +109,14 @@ impl SlotTable {
             .map(|e| (e.tag, e.slot))
     }
 
-    /// Makes room for `len` entries at once, so that the table does not
-    /// grow again until it holds more: a doubling rewrites the whole table
-    /// in one insert, which at millions of entries stalls the caller.
-    pub fn reserve(&mut self, len: usize) {
-        let bits = bits_for(len);
-        self.reserved_bits = self.reserved_bits.max(bits);
+    /// Grows the table to at least `homes` homes at once, and keeps it at
+    /// least that big until reserved again: it then takes 7/8 of them in
+    /// entries without doubling, which rewrites the whole table in one
+    /// insert and at millions of entries stalls the caller. A smaller
+    /// reservation than the last lets the next remap shrink the table.
+    pub fn reserve(&mut self, homes: usize) {
+        let bits = homes.max(16).next_power_of_two().trailing_zeros();
+        self.reserved_bits = bits;
         if bits > self.bits {
             self.resize(bits);
         }

@@ -100,7 +100,7 @@ enum Op {
     Remove(u64),
     /// Drops every key whose slot is a multiple of the value, renumbering the rest.
     Remap(u32),
-    /// Makes room for this many entries.
+    /// Gives the table at least this many homes.
     Reserve(usize),
 }
 
@@ -134,7 +134,7 @@ enum RangeOp {
     Remove(u64, u64),
     /// Drops every key whose slot is a multiple of the value, renumbering the rest.
     Remap(u32),
-    /// Makes room for this many entries.
+    /// Gives the table at least this many homes.
     Reserve(usize),
 }
 
@@ -160,7 +160,7 @@ proptest! {
                 Op::FindOrInsert(key) => prop_assert!(checked.find_or_insert(key)),
                 Op::Remove(key) => prop_assert!(checked.remove(key)),
                 Op::Remap(every) => checked.remap(every),
-                Op::Reserve(len) => checked.table.reserve(len),
+                Op::Reserve(homes) => checked.table.reserve(homes),
             }
             prop_assert_eq!(checked.table.len(), checked.model.len());
             for key in 0..300u64 {
@@ -196,7 +196,7 @@ proptest! {
                     }
                 }
                 RangeOp::Remap(every) => checked.remap(every),
-                RangeOp::Reserve(len) => checked.table.reserve(len),
+                RangeOp::Reserve(homes) => checked.table.reserve(homes),
             }
             prop_assert_eq!(checked.table.len(), checked.model.len());
         }
@@ -206,31 +206,38 @@ proptest! {
     }
 }
 
-/// A table that made room for its entries takes them all without growing,
-/// the stall a doubling would be, and keeps that room when they go, so that
-/// it fills again without growing either.
+/// A table given its homes takes 7/8 of them in entries without growing,
+/// the stall a doubling would be, and keeps them when the entries go, so
+/// that it fills again without growing either; one entry more doubles it.
 #[test]
 fn a_reserved_table_never_grows_under_its_reservation() {
+    const HOMES: usize = 1 << 16;
+    let fill = (HOMES * 7 / 8) as u64;
     let mut checked = Checked::new(uniform_hash);
-    checked.table.reserve(50_000);
+    checked.table.reserve(HOMES);
     let reserved = checked.table.heap_bytes();
+    assert_eq!(reserved, (HOMES + 64) * 8);
     for round in 0..2 {
-        for key in 0..50_000u64 {
+        for key in 0..fill {
             checked.insert(key);
         }
         assert_eq!(checked.table.heap_bytes(), reserved, "round {round}");
-        for key in 0..50_000u64 {
+        for key in 0..fill {
             assert!(checked.remove(key));
         }
         checked.remap(2);
         assert_eq!(checked.table.heap_bytes(), reserved, "round {round}");
     }
+    for key in 0..=fill {
+        checked.insert(key);
+    }
+    assert_eq!(checked.table.heap_bytes(), (2 * HOMES + 64) * 8);
+
     let mut unreserved = Checked::new(uniform_hash);
-    for key in 0..50_000u64 {
+    for key in 0..fill {
         unreserved.insert(key);
     }
-    assert_eq!(unreserved.table.heap_bytes(), reserved);
-    for key in 0..50_000u64 {
+    for key in 0..fill {
         assert!(unreserved.remove(key));
     }
     unreserved.remap(2);

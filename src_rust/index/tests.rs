@@ -813,13 +813,14 @@ fn engine_ids_still_remove_their_blocks_after_a_snapshot() {
     assert_eq!(restored.stats().blocks, 0);
 }
 
-/// A reservation makes room in both tables, the name table once an engine
-/// names blocks by ids of its own, and is capped by the index's bound and
-/// by `MAX_RESERVED_BLOCKS`: a worker declaring an absurd capacity costs a
-/// fixed amount of memory, not an allocation failure.
+/// A reservation gives both tables one home per block of capacity, the
+/// name table once an engine names blocks by ids of its own, and is capped
+/// by the index's bound and by `MAX_RESERVED_BLOCKS`: a worker declaring an
+/// absurd capacity costs a fixed amount of memory, not an allocation
+/// failure.
 #[test]
 fn a_reservation_covers_both_tables_and_is_capped() {
-    let table_of = |blocks: usize| ((blocks * 8).div_ceil(7).next_power_of_two() + 64) * 8;
+    let table_of = |blocks: usize| (blocks.next_power_of_two() + 64) * 8;
     let mut tree = PrefixTree::new(4, None);
     tree.reserve(10_000);
     assert_eq!(tree.table_bytes(), table_of(10_000));

@@ -20,8 +20,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// in between.
 const PREFETCH_AHEAD: usize = 8;
 
-/// The most blocks [`PrefixTree::reserve`] makes room for: tables of 2^25
-/// homes, 256 MiB each. A larger index grows its tables as it fills.
+/// The most blocks of capacity [`PrefixTree::reserve`] gives homes to:
+/// tables of 2^24 homes, 128 MiB each. A larger index grows its tables as
+/// it fills.
 pub const MAX_RESERVED_BLOCKS: usize = 1 << 24;
 
 pub struct PrefixTree {
@@ -419,14 +420,18 @@ impl PrefixTree {
         self.arena.len()
     }
 
-    /// Makes room for `blocks` blocks at once, so that applying events does
-    /// not grow the tables until the index holds more. At most the bound,
-    /// if any, and [`MAX_RESERVED_BLOCKS`]: a reservation is paid in table
-    /// memory whether or not the blocks come.
-    pub fn reserve(&mut self, blocks: usize) {
+    /// Sizes the tables for workers that can hold `capacity_blocks` blocks
+    /// together: one home per block, so that applying their events does
+    /// not double a table until more than 7/8 of those blocks are distinct
+    /// (a block several workers hold is one node). At most the bound, if
+    /// any, and [`MAX_RESERVED_BLOCKS`]: the homes are paid for in memory
+    /// whether or not the blocks come, and a table sized for every block
+    /// at 7/8 full would be up to twice as big as the index needs where
+    /// workers share prefixes.
+    pub fn reserve(&mut self, capacity_blocks: usize) {
         let limit = self.max_nodes.unwrap_or(usize::MAX);
         self.arena
-            .reserve(blocks.min(limit).min(MAX_RESERVED_BLOCKS));
+            .reserve(capacity_blocks.min(limit).min(MAX_RESERVED_BLOCKS));
     }
 
     pub fn num_approximate(&self) -> usize {

@@ -168,11 +168,14 @@ impl PyPrefixIndex {
         self.0.block_size()
     }
 
-    /// Makes room for `blocks` blocks at once (at most `max_blocks`), so that
-    /// applying events never grows the index's tables in one stalling step
-    /// while it holds fewer. A router reserves its workers' KV capacity.
-    fn reserve(&self, py: Python<'_>, blocks: usize) {
-        py.detach(|| self.0.reserve(blocks));
+    /// Sizes the index's tables for workers that can hold `capacity_blocks`
+    /// blocks together (at most `max_blocks` and 2^24): one home per block,
+    /// kept until the next call, so that applying their events does not
+    /// double a table, one stalling step, until more than 7/8 of those
+    /// blocks are distinct. A router sizes its index for its registered
+    /// workers.
+    fn reserve(&self, py: Python<'_>, capacity_blocks: usize) {
+        py.detach(|| self.0.reserve(capacity_blocks));
     }
 
     /// Applies batch `seq` of `worker_id`'s events. A malformed event raises

@@ -147,6 +147,14 @@ impl PyRouter {
         Ok((response, routed.request_id))
     }
 
+    /// Sizes the index for what the registered workers can hold together,
+    /// so that it does not double its tables while applying their events
+    /// (src_rust/index/README.md); a smaller fleet lets them shrink later.
+    fn size_index(&self, py: Python<'_>, fleet_blocks: u64) {
+        let index = &self.index.get().0;
+        py.detach(|| index.reserve(usize::try_from(fleet_blocks).unwrap_or(usize::MAX)));
+    }
+
     fn worker_call<T>(
         &self,
         f: impl FnOnce(&mut crate::policy::Pool) -> Result<T, RouteError>,
@@ -243,8 +251,8 @@ impl PyRouter {
 
     /// Adds or updates a worker; `address` is what responses name. It is
     /// routed requests for `model` (empty: requests that name none) and for
-    /// `model:adapter` for each of `adapters`. The index reserves room for
-    /// all registered workers' `capacity_blocks`.
+    /// `model:adapter` for each of `adapters`. The index is sized for all
+    /// registered workers' `capacity_blocks`.
     #[pyo3(signature = (
         worker_id, role, capacity_blocks, address = String::new(), *, model = String::new(),
         adapters = Vec::new()
@@ -269,10 +277,7 @@ impl PyRouter {
             pool.upsert_worker(WorkerId(worker_id), parsed, capacity_blocks, &serves);
             pool.capacity_blocks()
         });
-        // Sized for what the workers can hold, the index never doubles its
-        // tables while applying their events (src_rust/index/README.md).
-        let index = &self.index.get().0;
-        py.detach(|| index.reserve(usize::try_from(fleet_blocks).unwrap_or(usize::MAX)));
+        self.size_index(py, fleet_blocks);
         self.directory
             .write()
             .set(WorkerId(worker_id), role.to_owned(), address);
@@ -280,9 +285,14 @@ impl PyRouter {
     }
 
     /// Forgets the worker; returns the ids of the requests booked on it.
-    fn remove_worker(&self, worker_id: u64) -> PyResult<Vec<String>> {
+    fn remove_worker(&self, py: Python<'_>, worker_id: u64) -> PyResult<Vec<String>> {
         self.directory.write().remove(WorkerId(worker_id));
-        self.worker_call(|pool| pool.remove_worker(WorkerId(worker_id)))
+        let (released, fleet_blocks) = self.worker_call(|pool| {
+            let released = pool.remove_worker(WorkerId(worker_id))?;
+            Ok((released, pool.capacity_blocks()))
+        })?;
+        self.size_index(py, fleet_blocks);
+        Ok(released)
     }
 
     fn set_healthy(&self, worker_id: u64, healthy: bool) -> PyResult<()> {

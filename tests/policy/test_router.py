@@ -167,24 +167,32 @@ def test_dynamo_baseline_counts_a_prompt_shared_by_active_requests_once():
     assert r.route("cold", [5_000_000 + t for t in range(4 * BS)]).decode_worker == 0
 
 
-def test_registered_workers_capacity_is_reserved_in_the_index():
-    """Registering workers makes room in the index for all the blocks they can
-    hold, so that applying their events never doubles a table in one stalling
-    step: the sequence table at once, the engine-id table as soon as an engine
-    names blocks by ids of its own, as vLLM's do. A bounded index reserves no
-    more than its bound, whatever a worker declares."""
+def test_the_index_is_sized_for_the_registered_workers_capacity():
+    """Registering workers sizes the index's tables for all the blocks they can
+    hold, one home per block, so that applying their events does not double a
+    table in one stalling step while at most 7/8 of those blocks are distinct:
+    the sequence table at once, the engine-id table with the first id of an
+    engine's own, as vLLM's are. Workers leaving let the tables shrink again.
+    A bounded index reserves no more than its bound, whatever a worker
+    declares."""
     index = PrefixIndex(BS)
     r = Router(index)
-    r.upsert_worker(0, "both", 30_000)
-    r.upsert_worker(1, "both", 30_000)
-    reserved = index.stats()["table_bytes"]
-    assert reserved >= 60_000 * 8
-    for worker in (0, 1):
-        for batch in range(3):
-            ids = [(worker * 3 + batch) * 10_000 + i + 1 for i in range(10_000)]
+    for worker in range(4):
+        r.upsert_worker(worker, "both", 16_384)
+    table = (65_536 + 64) * 8
+    assert index.stats()["table_bytes"] == table
+    for worker in range(4):
+        for batch in range(2):
+            ids = [(worker * 2 + batch) * 7_000 + i + 1 for i in range(7_000)]
             index.apply(worker, batch, [Stored(ids, local_hashes=ids)])
-    assert index.stats()["blocks"] == 60_000
-    assert index.stats()["table_bytes"] == 2 * reserved
+            assert index.stats()["table_bytes"] == 2 * table
+    assert index.stats()["blocks"] == 56_000
+
+    for worker in (1, 2, 3):
+        r.remove_worker(worker)
+        index.remove_worker(worker)
+    assert index.stats()["blocks"] == 14_000
+    assert index.stats()["table_bytes"] == 2 * (16_384 + 64) * 8
 
     bounded = PrefixIndex(BS, 1_000)
     Router(bounded).upsert_worker(0, "both", 2**62)
