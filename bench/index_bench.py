@@ -941,6 +941,12 @@ def main() -> None:
     parser.add_argument(
         "--trace", type=Path, default=SHARED_TRACE, help=f"a Mooncake-format trace ({SHARED_TRACE})"
     )
+    parser.add_argument(
+        "--trace-repeats",
+        type=int,
+        default=3,
+        help="times the trace section applies each stream with every system (3)",
+    )
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     parser.add_argument("--memory-conversations", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--memory-capacity", type=int, help=argparse.SUPPRESS)
@@ -971,7 +977,9 @@ def main() -> None:
     if "memory" in run:
         results["memory"] = bench_memory(scale, args.seed)
     if "trace" in run:
-        results["trace"] = index_trace_bench.bench_trace(args.trace, args.quick, args.seed)
+        results["trace"] = index_trace_bench.bench_trace(
+            args.trace, args.quick, args.seed, args.trace_repeats
+        )
     results["targets"] = targets(results)
     results["seconds"] = time.perf_counter() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)

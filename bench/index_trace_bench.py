@@ -244,7 +244,34 @@ def same_state(index: PrefixIndex, tree, blocks, mode: str, probes) -> None:
             raise SystemExit(f"trace {mode}: indexes disagree on a probe: {ours} vs {theirs}")
 
 
-def bench_scale(rows, scale: TraceScale, seed: int, dynamo_bytes_per_block: float | None):
+def run_kvrouters(workload, chunks, blocks, fleet_blocks: int, keep: bool):
+    """Every kvrouter system applies the stream: per system its measurements, and the
+    reserved indexes by mode when `keep`."""
+    systems, kept = {}, {}
+    for mode in ("seq", "opaque"):
+        # As the service runs it, sized for its workers' capacity when they register;
+        # then an index given no capacity, its tables doubling as it fills.
+        for name, reserve in ((f"kvrouter/{mode}", fleet_blocks), (f"kvrouter/{mode}, grown", 0)):
+            index, clocks, sizes = run_kvrouter(
+                kvrouter_chunks(workload.blocks, chunks, mode), reserve_blocks=reserve
+            )
+            systems[name] = {
+                **measured(clocks, blocks, sizes),
+                "index_blocks": sizes[-1],
+                "reserved_blocks": reserve,
+                "table_bytes": index.stats()["table_bytes"],
+            }
+            if keep and reserve:
+                kept[mode] = index
+            del index
+    return systems, kept, sizes
+
+
+def bench_scale(
+    rows, scale: TraceScale, seed: int, dynamo_bytes_per_block: float | None, repeats: int
+):
+    """The stream applied by every system `repeats` times, in turn; the first repeat's
+    measurements in full, and every repeat's ratios to Dynamo over the whole stream."""
     workload = trace_workload.build(
         rows, workers=scale.workers, capacity=scale.capacity, tile=scale.tile, seed=seed
     )
@@ -259,35 +286,16 @@ def bench_scale(rows, scale: TraceScale, seed: int, dynamo_bytes_per_block: floa
         "events": sum(len(c) for c in chunks),
         "blocks_stored": workload.blocks_stored,
         "blocks_removed": workload.blocks_removed,
-        "systems": {},
     }
     rng = np.random.default_rng(seed)
     probes = [
         workload.requests[int(i)].blocks
         for i in rng.integers(len(workload.requests) // 2, len(workload.requests), 200)
     ]
-    indexes = {}
     fleet_blocks = scale.workers * scale.capacity
-    for mode in ("seq", "opaque"):
-        # As the service runs it: its workers' capacity reserved when they register.
-        index, clocks, sizes = run_kvrouter(
-            kvrouter_chunks(workload.blocks, chunks, mode), reserve_blocks=fleet_blocks
-        )
-        indexes[mode] = index
-        results["systems"][f"kvrouter/{mode}"] = {
-            **measured(clocks, blocks, sizes),
-            "index_blocks": sizes[-1],
-            "reserved_blocks": fleet_blocks,
-            "table_bytes": index.stats()["table_bytes"],
-        }
-        # An index given no capacity: its tables double as it fills.
-        grown, clocks, sizes = run_kvrouter(kvrouter_chunks(workload.blocks, chunks, mode))
-        results["systems"][f"kvrouter/{mode}, grown"] = {
-            **measured(clocks, blocks, sizes),
-            "index_blocks": sizes[-1],
-            "table_bytes": grown.stats()["table_bytes"],
-        }
-        del grown
+    results["systems"], indexes, sizes = run_kvrouters(
+        workload, chunks, blocks, fleet_blocks, keep=True
+    )
     if dynamo_bytes_per_block is not None:
         need = dynamo_bytes_per_block * sizes[-1]
         if need > DYNAMO_MEMORY_GIB * 2**30:
@@ -307,14 +315,35 @@ def bench_scale(rows, scale: TraceScale, seed: int, dynamo_bytes_per_block: floa
     for mode, index in indexes.items():
         same_state(index, tree, workload.blocks, mode, probes)
     results["checked_probes"] = len(probes)
-    dyn = results["systems"]["dynamo"]
-    for name, system in results["systems"].items():
+    with_ratios(results["systems"])
+    results["x_dynamo_all_repeats"] = [ratios_all(results["systems"])]
+    for _ in range(repeats - 1):
+        systems, _, _ = run_kvrouters(workload, chunks, blocks, fleet_blocks, keep=False)
+        _, clocks = run_dynamo(workload.blocks, dynamo_chunks(workload.blocks, chunks), chunks)
+        systems["dynamo"] = measured(clocks, blocks, sizes)
+        with_ratios(systems)
+        results["x_dynamo_all_repeats"].append(ratios_all(systems))
+    results["x_dynamo_all_median"] = {
+        name: statistics.median(r[name] for r in results["x_dynamo_all_repeats"])
+        for name in results["x_dynamo_all_repeats"][0]
+    }
+    return results, (workload, indexes["seq"], tree)
+
+
+def with_ratios(systems: dict) -> None:
+    """Adds each kvrouter system's rates over Dynamo's, per clock and phase."""
+    dyn = systems["dynamo"]
+    for name, system in systems.items():
         if name != "dynamo":
             for clock in ("cpu", "wall"):
                 for phase in ("fill", "churn", "all"):
                     key = f"{phase}_mblocks_s"
                     system[clock][f"x_dynamo_{phase}"] = system[clock][key] / dyn[clock][key]
-    return results, (workload, indexes["seq"], tree)
+
+
+def ratios_all(systems: dict) -> dict[str, float]:
+    """Each kvrouter system's CPU-time rate over the whole stream over Dynamo's."""
+    return {name: s["cpu"]["x_dynamo_all"] for name, s in systems.items() if name != "dynamo"}
 
 
 def measured(clocks: Clocks, blocks: list[int], sizes: list[int]) -> dict:
@@ -443,13 +472,13 @@ def bench_concurrency(workload, index: PrefixIndex, seed: int, seconds: float) -
     }
 
 
-def bench_trace(path: Path, quick: bool, seed: int) -> dict:
+def bench_trace(path: Path, quick: bool, seed: int, repeats: int) -> dict:
     rows = trace_workload.read_trace(path)
     scales = QUICK_SCALES if quick else FULL_SCALES
-    out: dict = {"trace": str(path), "trace_requests": len(rows), "scales": []}
+    out: dict = {"trace": str(path), "trace_requests": len(rows), "repeats": repeats, "scales": []}
     compared, bytes_per_block = None, None
     for scale in scales:
-        result, state = bench_scale(rows, scale, seed, bytes_per_block)
+        result, state = bench_scale(rows, scale, seed, bytes_per_block, repeats)
         out["scales"].append(result)
         if state is not None:
             compared, bytes_per_block = state, result["dynamo_bytes_per_block"]
@@ -516,6 +545,21 @@ def report(results: dict, table, fmt) -> str:
                 "x all",
             ],
             rows,
+        )
+    )
+    rows = [
+        [s["scale"], name]
+        + [fmt(r[name], 2) + "x" for r in s["x_dynamo_all_repeats"]]
+        + [fmt(median, 2) + "x"]
+        for s in results["scales"]
+        if "x_dynamo_all_median" in s
+        for name, median in s["x_dynamo_all_median"].items()
+    ]
+    repeats = results["repeats"]
+    parts.append(
+        "Trace apply over the whole stream, CPU time, x Dynamo: each repeat and the median\n"
+        + table(
+            ["scale", "system"] + [f"repeat {r + 1}" for r in range(repeats)] + ["median"], rows
         )
     )
     rows = [
