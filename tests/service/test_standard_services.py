@@ -51,3 +51,5 @@ def test_metrics_endpoint_scrapes(router):
         "kvrouter_event_lag_seconds",
     ):
         assert name in text, name
+    # The index is sized for the worker's 100,000 blocks: 2^17 homes of 8 bytes.
+    assert f"\nkvrouter_index_table_bytes {(2**17 + 64) * 8:.6e}\n" in text
