@@ -249,10 +249,10 @@ class PrefixIndex:
     def insert_approximate(self, worker_id: int, seq_hashes: Hashes, ttl_s: float) -> None: ...
     def reserve(self, capacity_blocks: int) -> None:
         """Sizes the tables for workers that can hold `capacity_blocks` blocks together
-        (at most `max_blocks` and 2**24): one home per block, kept until the next call,
-        so that applying their events does not double a table, one stalling step, until
-        more than 7/8 of those blocks are distinct. A router sizes its index for its
-        registered workers."""
+        (at most `max_blocks` and 2**24): one home per block, kept until the next call
+        (fewer shrinks them), so that applying their events does not double a table, one
+        stalling step, until more than 7/8 of those blocks are distinct. A router sizes
+        its index for its registered workers."""
     def stats(self) -> dict[str, int]:
         """{"blocks", "workers", "approximate", "pruned_total", "table_bytes"}"""
     def workers(self) -> dict[int, tuple[int, int]]:

@@ -109,16 +109,20 @@ impl SlotTable {
             .map(|e| (e.tag, e.slot))
     }
 
-    /// Grows the table to at least `homes` homes at once, and keeps it at
-    /// least that big until reserved again: it then takes 7/8 of them in
-    /// entries without doubling, which rewrites the whole table in one
-    /// insert and at millions of entries stalls the caller. A smaller
-    /// reservation than the last lets the next remap shrink the table.
+    /// Grows the table to at least `homes` homes at once (at most 2^31),
+    /// and keeps it at least that big until reserved again: it then takes
+    /// 7/8 of them in entries without doubling, which rewrites the whole
+    /// table in one insert and at millions of entries stalls the caller.
+    /// A smaller reservation shrinks the table by the rule a remap follows.
     pub fn reserve(&mut self, homes: usize) {
-        let bits = homes.max(16).next_power_of_two().trailing_zeros();
+        let bits = homes
+            .clamp(16, 1 << 31)
+            .next_power_of_two()
+            .trailing_zeros();
         self.reserved_bits = bits;
-        if bits > self.bits {
-            self.resize(bits);
+        let fits = bits_for(self.len).max(bits);
+        if bits > self.bits || fits + 1 < self.bits {
+            self.resize(fits);
         }
     }
 

@@ -244,6 +244,26 @@ fn a_reserved_table_never_grows_under_its_reservation() {
     assert!(unreserved.table.heap_bytes() < reserved / 1000);
 }
 
+/// A smaller reservation shrinks the table at once, but never below what
+/// its entries need at 7/8 full.
+#[test]
+fn a_smaller_reservation_shrinks_the_table_to_what_its_entries_need() {
+    let mut checked = Checked::new(uniform_hash);
+    checked.table.reserve(1 << 20);
+    for key in 0..20_000u64 {
+        checked.insert(key);
+    }
+    checked.table.reserve(16);
+    assert_eq!(checked.table.heap_bytes(), ((1 << 15) + 64) * 8);
+    for key in 0..20_000u64 {
+        assert_eq!(checked.find(key), checked.model.get(&key).copied());
+    }
+    checked.table.reserve(1 << 17);
+    assert_eq!(checked.table.heap_bytes(), ((1 << 17) + 64) * 8);
+    checked.table.reserve(1 << 16);
+    assert_eq!(checked.table.heap_bytes(), ((1 << 17) + 64) * 8);
+}
+
 /// A table of millions of entries lies in memory advised for huge pages
 /// (the VmFlags of the mapping that holds its middle include `hg`), but it
 /// was written before it was advised: its first touch took small pages, so

@@ -170,10 +170,10 @@ impl PyPrefixIndex {
 
     /// Sizes the index's tables for workers that can hold `capacity_blocks`
     /// blocks together (at most `max_blocks` and 2^24): one home per block,
-    /// kept until the next call, so that applying their events does not
-    /// double a table, one stalling step, until more than 7/8 of those
-    /// blocks are distinct. A router sizes its index for its registered
-    /// workers.
+    /// kept until the next call (fewer shrinks them), so that applying their
+    /// events does not double a table, one stalling step, until more than
+    /// 7/8 of those blocks are distinct. A router sizes its index for its
+    /// registered workers.
     fn reserve(&self, py: Python<'_>, capacity_blocks: usize) {
         py.detach(|| self.0.reserve(capacity_blocks));
     }

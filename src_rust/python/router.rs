@@ -12,7 +12,7 @@ use crate::ids::{SeqHash, WorkerId};
 use crate::policy::{Load, PolicyConfig, Role, RouteError, Serves, Timing};
 use crate::routing::{self, BookingChange, Histogram, Prompt, Refusal, RouterOptions};
 use crate::wire::{self, Directory, Limits};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use prost::Message;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyKeyError, PyLookupError, PyRuntimeError, PyValueError};
@@ -99,6 +99,9 @@ pub struct PyRouter {
     started: Instant,
     limits: Limits,
     directory: RwLock<Directory>,
+    /// Held while the index is sized, so that the last sizing reads the
+    /// last registry.
+    sizing: Mutex<()>,
 }
 
 impl PyRouter {
@@ -149,10 +152,14 @@ impl PyRouter {
 
     /// Sizes the index for what the registered workers can hold together,
     /// so that it does not double its tables while applying their events
-    /// (src_rust/index/README.md); a smaller fleet lets them shrink later.
-    fn size_index(&self, py: Python<'_>, fleet_blocks: u64) {
+    /// (src_rust/index/README.md); a smaller fleet shrinks them.
+    fn size_index(&self, py: Python<'_>) {
         let index = &self.index.get().0;
-        py.detach(|| index.reserve(usize::try_from(fleet_blocks).unwrap_or(usize::MAX)));
+        py.detach(|| {
+            let _sizing = self.sizing.lock();
+            let fleet_blocks = self.router.with_pool(|pool| pool.capacity_blocks());
+            index.reserve(usize::try_from(fleet_blocks).unwrap_or(usize::MAX));
+        });
     }
 
     fn worker_call<T>(
@@ -221,6 +228,7 @@ impl PyRouter {
                 max_request_id_chars: max_request_id_chars.unwrap_or(usize::MAX),
             },
             directory: RwLock::new(Directory::default()),
+            sizing: Mutex::new(()),
         })
     }
 
@@ -273,11 +281,10 @@ impl PyRouter {
             return Err(PyValueError::new_err("capacity_blocks must be positive"));
         }
         let serves = Serves { model, adapters };
-        let fleet_blocks = self.router.with_pool(|pool| {
-            pool.upsert_worker(WorkerId(worker_id), parsed, capacity_blocks, &serves);
-            pool.capacity_blocks()
+        self.router.with_pool(|pool| {
+            pool.upsert_worker(WorkerId(worker_id), parsed, capacity_blocks, &serves)
         });
-        self.size_index(py, fleet_blocks);
+        self.size_index(py);
         self.directory
             .write()
             .set(WorkerId(worker_id), role.to_owned(), address);
@@ -287,11 +294,8 @@ impl PyRouter {
     /// Forgets the worker; returns the ids of the requests booked on it.
     fn remove_worker(&self, py: Python<'_>, worker_id: u64) -> PyResult<Vec<String>> {
         self.directory.write().remove(WorkerId(worker_id));
-        let (released, fleet_blocks) = self.worker_call(|pool| {
-            let released = pool.remove_worker(WorkerId(worker_id))?;
-            Ok((released, pool.capacity_blocks()))
-        })?;
-        self.size_index(py, fleet_blocks);
+        let released = self.worker_call(|pool| pool.remove_worker(WorkerId(worker_id)))?;
+        self.size_index(py);
         Ok(released)
     }
 

@@ -23,12 +23,17 @@ class RunningRouter(ThreadedRouter):
         return client
 
     def worker(
-        self, worker_id: int, role: str = "both", address: str = "", **kwargs
+        self,
+        worker_id: int,
+        role: str = "both",
+        address: str = "",
+        capacity_blocks: int = 100_000,
+        **kwargs,
     ) -> WorkerRegistration:
         registration = WorkerRegistration(
             self.target,
             role=role,
-            capacity_blocks=100_000,
+            capacity_blocks=capacity_blocks,
             worker_id=worker_id,
             address=address or f"w{worker_id}:1",
             **kwargs,

@@ -60,10 +60,11 @@ class EngineConfig:
     address: str = ""
     probe_interval_s: float = 0.5
     probe_timeout_s: float = 1.0
-    # The engine's KV capacity in blocks (vLLM logs it as "GPU KV cache size"):
-    # the router excludes prompts that cannot fit, turns the engine's cache
-    # usage into decode blocks, and sizes its prefix index for it (one table
-    # home per block), so an unset default costs the router memory.
+    # The engine's KV capacity in blocks (vLLM logs "GPU KV cache size: N
+    # tokens": N divided by the block size): the router excludes prompts that
+    # cannot fit, turns the engine's cache usage into decode blocks, and sizes
+    # its prefix index for it (one table home per block), so an unset default
+    # costs the router memory.
     capacity_blocks: int = 1_000_000
     # The model it serves, as requests name it (empty: requests that name
     # none), and the LoRA adapters it serves on it (`model:adapter`). Its
