@@ -58,7 +58,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "index_bench.json"
 SHARED_TRACE = index_trace_bench.SHARED_TRACE
 
 TARGET_SPEEDUP = 3.0
-TARGET_MEMORY_SHARE = 0.60
+# Bytes per block after churn, as shares of Dynamo's: our hashes as engine ids, opaque ids.
+TARGET_MEMORY_SHARES = {"kvrouter": 0.30, "kvrouter/opaque": 0.40}
 TARGET_HASH_SPEEDUP = 4.0
 
 
@@ -808,12 +809,15 @@ def targets(results: dict) -> dict:
             "met_with_list_input": worst_list >= TARGET_SPEEDUP,
         }
     if "memory" in results:
-        ours = next(r for r in results["memory"] if r["system"] == "kvrouter")
-        opaque = next(r for r in results["memory"] if r["system"] == "kvrouter/opaque")
-        verdict["memory_60pct"] = {
-            "met": ours["share_of_dynamo"] <= TARGET_MEMORY_SHARE,
-            "share": ours["share_of_dynamo"],
-            "share_opaque_ids": opaque["share_of_dynamo"],
+        # Each id mode's bound holds for the index grown and sized for its workers alike.
+        shares = {r["system"]: r["share_of_dynamo"] for r in results["memory"]}
+        verdict["memory_30_40pct"] = {
+            "met": all(
+                shares[name + sized] <= bound
+                for name, bound in TARGET_MEMORY_SHARES.items()
+                for sized in ("", RESERVED)
+            ),
+            "shares": {name: share for name, share in shares.items() if name != "dynamo"},
         }
     return verdict
 
