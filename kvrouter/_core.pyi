@@ -473,7 +473,9 @@ class Router:
     """The routing decision over an index: `route` (a prompt in, a Decision
     out) and `route_wire` (RouteRequest bytes in, RouteResponse bytes out)
     decide through the same core call with the GIL released, and both are
-    counted in `stats` and the decision log. Thread-safe."""
+    counted in `stats` and the decision log. Thread-safe. With `size_index` it
+    sizes the index's tables for its registered workers' capacity
+    (PrefixIndex.reserve) as they come and go."""
 
     def __new__(
         cls,
@@ -484,6 +486,7 @@ class Router:
         id_prefix: str = "r",
         log_decisions: bool = False,
         share_bookings: bool = False,
+        size_index: bool = True,
         max_prompt_tokens: int | None = None,
         max_namespace_chars: int | None = None,
         max_model_chars: int | None = None,

@@ -45,6 +45,11 @@ class ServiceConfig:
     block_size: int = 16
     # Bound on the index size (least recently used blocks go first); 0: none.
     max_index_blocks: int = 0
+    # Size the index's hash tables for the registered workers' capacity, one
+    # 8-byte home a table per block, so that they do not double (a stall of
+    # up to a few hundred ms) while events apply; off, they grow with the
+    # index, which takes up to half their memory where workers share blocks.
+    size_index: bool = True
     # Longer prompts are refused with INVALID_ARGUMENT.
     max_prompt_tokens: int = 262_144
     # Longest accepted hashing namespace, in characters.

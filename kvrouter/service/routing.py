@@ -49,6 +49,7 @@ def service_router(
         id_prefix=os.urandom(4).hex(),
         log_decisions=decision_log.wanted(config.log_decisions),
         share_bookings=share_bookings,
+        size_index=config.size_index,
         max_prompt_tokens=config.max_prompt_tokens,
         max_namespace_chars=config.max_namespace_chars,
         max_model_chars=MAX_MODEL_CHARS,

@@ -100,8 +100,8 @@ pub struct PyRouter {
     limits: Limits,
     directory: RwLock<Directory>,
     /// Held while the index is sized, so that the last sizing reads the
-    /// last registry.
-    sizing: Mutex<()>,
+    /// last registry; None for a router that leaves its index to grow.
+    sizing: Option<Mutex<()>>,
 }
 
 impl PyRouter {
@@ -154,9 +154,12 @@ impl PyRouter {
     /// so that it does not double its tables while applying their events
     /// (src_rust/index/README.md); a smaller fleet shrinks them.
     fn size_index(&self, py: Python<'_>) {
+        let Some(sizing) = &self.sizing else {
+            return;
+        };
         let index = &self.index.get().0;
         py.detach(|| {
-            let _sizing = self.sizing.lock();
+            let _sizing = sizing.lock();
             let fleet_blocks = self.router.with_pool(|pool| pool.capacity_blocks());
             index.reserve(usize::try_from(fleet_blocks).unwrap_or(usize::MAX));
         });
@@ -183,12 +186,13 @@ impl PyRouter {
     /// Routes over `index` with `config` (defaults when None). `clock`
     /// returns seconds and drives stale-booking expiry (the replay passes
     /// virtual time); by default, time since construction. The `max_*`
-    /// limits apply to `route_wire` requests.
+    /// limits apply to `route_wire` requests. With `size_index` the index's
+    /// tables are sized for the registered workers' capacity.
     #[new]
     #[pyo3(signature = (
         index, config = None, *, clock = None, id_prefix = "r", log_decisions = false,
-        share_bookings = false, max_prompt_tokens = None, max_namespace_chars = None,
-        max_model_chars = None, max_request_id_chars = None
+        share_bookings = false, size_index = true, max_prompt_tokens = None,
+        max_namespace_chars = None, max_model_chars = None, max_request_id_chars = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -198,6 +202,7 @@ impl PyRouter {
         id_prefix: &str,
         log_decisions: bool,
         share_bookings: bool,
+        size_index: bool,
         max_prompt_tokens: Option<usize>,
         max_namespace_chars: Option<usize>,
         max_model_chars: Option<usize>,
@@ -228,7 +233,7 @@ impl PyRouter {
                 max_request_id_chars: max_request_id_chars.unwrap_or(usize::MAX),
             },
             directory: RwLock::new(Directory::default()),
-            sizing: Mutex::new(()),
+            sizing: size_index.then(|| Mutex::new(())),
         })
     }
 

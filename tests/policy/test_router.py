@@ -199,3 +199,7 @@ def test_the_index_is_sized_for_the_registered_workers_capacity():
     bounded = PrefixIndex(BS, 1_000)
     Router(bounded).upsert_worker(0, "both", 2**62)
     assert bounded.stats()["table_bytes"] < 64 * 1024
+
+    grown = PrefixIndex(BS)
+    Router(grown, size_index=False).upsert_worker(0, "both", 16_384)
+    assert grown.stats()["table_bytes"] == 0

@@ -39,8 +39,7 @@ def test_reflection_lists_and_describes_the_services(router):
 def test_metrics_endpoint_scrapes(router):
     router.worker(1, capacity_blocks=120_000)
     router.client().route(prompt(seed=1, blocks=4))
-    url = f"http://127.0.0.1:{router.server.metrics_port}/metrics"
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    text = scrape(router)
     for name in (
         'kvrouter_decisions_total{role="decode",worker="1"} 1.0',
         "kvrouter_routing_latency_seconds_count 1.0",
@@ -54,9 +53,27 @@ def test_metrics_endpoint_scrapes(router):
         assert name in text, name
     # The index is sized for the worker's 120,000 blocks: one home of 8 bytes a
     # block, 2^17 homes (room for all of them at the tables' 7/8 load would be 2^18).
-    gauges = {
+    assert samples(text)["kvrouter_index_table_bytes"] == (2**17 + 64) * 8
+
+
+def test_an_index_left_to_grow_is_not_sized_for_its_workers(start_router):
+    """`size_index = false`: registering a worker leaves the index's tables to
+    grow with the index, as they would under a bare PrefixIndex."""
+    router = start_router(size_index=False)
+    router.worker(1, capacity_blocks=120_000)
+    router.client().route(prompt(seed=1, blocks=4))
+    assert samples(scrape(router))["kvrouter_index_table_bytes"] == 0
+
+
+def scrape(router) -> str:
+    url = f"http://127.0.0.1:{router.server.metrics_port}/metrics"
+    return urllib.request.urlopen(url, timeout=10).read().decode()
+
+
+def samples(text: str) -> dict[str, float]:
+    """Each sample's value by name (the last, where labels tell several apart)."""
+    return {
         sample.name: sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
-    assert gauges["kvrouter_index_table_bytes"] == (2**17 + 64) * 8
