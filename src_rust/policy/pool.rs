@@ -188,8 +188,9 @@ impl Pool {
         self.workers.len()
     }
 
-    /// The KV blocks all registered workers hold at most, together: what
-    /// their index can come to hold.
+    /// The KV blocks all registered workers can hold together, about the
+    /// most distinct blocks their index comes to hold (other tiers and
+    /// approximate entries add a few).
     pub fn capacity_blocks(&self) -> u64 {
         self.workers
             .values()
