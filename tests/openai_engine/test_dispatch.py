@@ -263,6 +263,15 @@ def test_an_engine_needs_a_url_and_its_protocol_is_listed(router, engines):
     assert listed == {worker_id: ("openai", stub.url) for stub, worker_id in engines.values()}
 
 
+def _stop(registrations, stubs, router) -> None:
+    """Deregisters the engines, stops their stubs and kills the router."""
+    for registration in registrations:
+        registration.stop_background()
+    for stub in stubs:
+        stub.stop()
+    router.kill()
+
+
 def _status(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=10) as answer:
@@ -292,11 +301,7 @@ def test_ready_once_a_worker_can_answer_not_a_prefill_engine_alone(tokenizer_dir
             answer = client.completions.create(model=MODEL, prompt=[1, 2, 3], max_tokens=2)
             assert answer.choices[0].finish_reason
     finally:
-        for registration in registrations:
-            registration.stop_background()
-        for stub in stubs:
-            stub.stop()
-        router.kill()
+        _stop(registrations, stubs, router)
 
 
 def test_an_adapter_is_asked_for_by_its_own_name_as_vllm_serves_it(router, client, tokenizer):
@@ -381,11 +386,7 @@ def test_an_adapter_several_models_have_is_a_404_naming_them(tokenizer_dir):
             client.completions.create(model="other:sql", prompt="select", max_tokens=2)
             assert [body["model"] for body in stubs[1].received] == ["sql"]
     finally:
-        for registration in registrations:
-            registration.stop_background()
-        for stub in stubs:
-            stub.stop()
-        router.kill()
+        _stop(registrations, stubs, router)
 
 
 @pytest.mark.parametrize("stop", ["token id", "string"])
