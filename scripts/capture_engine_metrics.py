@@ -1,7 +1,7 @@
 """Writes the `/metrics` page vLLM's own Prometheus logger produces for a
-known scheduler state, as a fixture for the sidecar's load mapping
-(tests/adapters/test_engine_load.py). Needs vLLM, in a venv of its own (its
-logger runs on the CPU):
+known scheduler state and KV cache size, as a fixture for the sidecar's
+load and capacity reading (tests/adapters/test_engine_load.py). Needs
+vLLM, in a venv of its own (its logger runs on the CPU):
 
     python -m venv /tmp/vllm && /tmp/vllm/bin/pip install vllm==0.33.0
     PYTHONPATH=. /tmp/vllm/bin/python scripts/capture_engine_metrics.py
@@ -22,6 +22,8 @@ ENGINES = {
     0: {"running": 3, "waiting": 2, "deferred": 1, "kv_cache_usage": 0.25, "prompts": [300, 500]},
     1: {"running": 1, "waiting": 0, "deferred": 0, "kv_cache_usage": 0.5, "prompts": [1000]},
 }
+# The KV cache vLLM sized at startup, which each engine's info gauge states.
+NUM_GPU_BLOCKS = 2048
 
 
 def main() -> int:
@@ -42,7 +44,9 @@ def main() -> int:
         model_config=ModelConfig(model=str(model), served_model_name="tiny"),
         device_config=DeviceConfig(device="cpu"),
     )
+    config.cache_config.num_gpu_blocks = NUM_GPU_BLOCKS
     logger = PrometheusStatLogger(config, engine_indexes=list(ENGINES))
+    logger.log_engine_initialized()
     for engine, state in ENGINES.items():
         iteration = IterationStats()
         iteration.finished_requests = [
@@ -59,7 +63,9 @@ def main() -> int:
     out = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
     page = out / f"vllm-{vllm.__version__}-metrics.txt"
     page.write_bytes(generate_latest(REGISTRY))
-    (out / f"{page.name}.json").write_text(json.dumps(ENGINES, indent=2) + "\n")
+    cache = {"num_gpu_blocks": NUM_GPU_BLOCKS, "block_size": config.cache_config.block_size}
+    recorded = {engine: {**state, **cache} for engine, state in ENGINES.items()}
+    (out / f"{page.name}.json").write_text(json.dumps(recorded, indent=2) + "\n")
     print(f"wrote {page}")
     return 0
 

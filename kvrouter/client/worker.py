@@ -197,6 +197,29 @@ class WorkerRegistration:
                         extra={"fields": {"worker_id": self.worker_id, "code": e.code().name}},
                     )
 
+    async def set_capacity(self, capacity_blocks: int) -> None:
+        """Registers again with another KV capacity (an engine restarted with
+        another cache size). Raises RouterError if the router refuses, and
+        keeps the capacity it had, so that a later call retries."""
+        if capacity_blocks == self.capacity_blocks:
+            return
+        previous, self.capacity_blocks = self.capacity_blocks, capacity_blocks
+        try:
+            await self._register()
+        except BaseException:
+            self.capacity_blocks = previous
+            raise
+        log.info(
+            "registered again with a new KV capacity",
+            extra={
+                "fields": {
+                    "worker_id": self.worker_id,
+                    "capacity_blocks": capacity_blocks,
+                    "was": previous,
+                }
+            },
+        )
+
     async def _reregister(self) -> None:
         try:
             await self._register()

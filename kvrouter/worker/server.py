@@ -232,6 +232,8 @@ class WorkerServer:
             c.served_model_name or str(c.model),
             str(c.model),
             self.engine_loop.engine.max_model_len,
+            c.block_size,
+            c.num_kv_blocks,
         )
         try:
             self.http = HttpServer(self.engine_api.app(), c.vllm_http_listen, on_stopped=_nothing)

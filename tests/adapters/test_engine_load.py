@@ -1,14 +1,15 @@
 """The sidecar's reading of an engine's `/metrics` page as the router's
-load figures: on the page vLLM 0.33's own Prometheus logger wrote
-(scripts/capture_engine_metrics.py; the state it recorded beside it), and
-on a page with SGLang 0.5's series names and labels."""
+load figures and each rank's KV capacity: on the page vLLM 0.33's own
+Prometheus logger wrote (scripts/capture_engine_metrics.py; the state it
+recorded beside it), and on a page with SGLang 0.5's series names and
+labels."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from kvrouter.adapters.vllm.engine_load import engine_loads
+from kvrouter.adapters.vllm.engine_load import engine_loads, read_engine_page
 from kvrouter.client.types import WorkerLoad
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -38,6 +39,9 @@ SGLANG_PAGE = "\n".join(
         scheduler("sglang:num_queue_reqs", 0, 2.0, ""),
         scheduler("sglang:num_queue_reqs", 0, 2.0, "1"),
         scheduler("sglang:num_queue_reqs", 1, 1.0, ""),
+        "# TYPE sglang:max_total_num_tokens gauge",
+        scheduler("sglang:max_total_num_tokens", 0, 471258.0),
+        scheduler("sglang:max_total_num_tokens", 1, 471258.0),
         "# TYPE sglang:token_usage gauge",
         scheduler("sglang:token_usage", 0, 0.4),
         scheduler("sglang:token_usage", 1, 0.1),
@@ -75,3 +79,25 @@ def test_sglangs_page_reads_totals_per_rank_with_the_shared_prompt_mean():
 
 def test_a_page_of_neither_engine_is_no_load():
     assert engine_loads("# TYPE x gauge\nx 1.0\n", CAPACITY) == {}
+
+
+def test_vllms_own_page_states_each_ranks_kv_capacity():
+    page = FIXTURES / "vllm-0.33.0-metrics.txt"
+    recorded = json.loads(Path(f"{page}.json").read_text())
+    readings = read_engine_page(page.read_text())
+    for rank, state in recorded.items():
+        expected = state["num_gpu_blocks"] * state["block_size"]
+        assert readings[int(rank)].capacity_tokens == expected
+
+
+def test_a_vllm_engine_still_sizing_its_cache_states_no_capacity():
+    """vLLM writes its info gauge with `num_gpu_blocks="None"` until the
+    engine has profiled its memory."""
+    page = FIXTURES / "vllm-0.33.0-metrics.txt"
+    text = page.read_text().replace('num_gpu_blocks="2048"', 'num_gpu_blocks="None"')
+    assert {r.capacity_tokens for r in read_engine_page(text).values()} == {None}
+
+
+def test_sglangs_page_states_each_ranks_capacity_in_tokens():
+    readings = read_engine_page(SGLANG_PAGE)
+    assert {rank: r.capacity_tokens for rank, r in readings.items()} == {0: 471258, 1: 471258}

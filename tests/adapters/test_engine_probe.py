@@ -1,7 +1,8 @@
 """The sidecar probes each engine's `/health` and `/metrics`: an engine that
 dies or hangs leaves routing within the router's heartbeat TTL, one that
-comes back returns, and the heartbeats carry the load the engine reports.
-A real router service and real HTTP servers on 127.0.0.1."""
+comes back returns, the heartbeats carry the load the engine reports, and
+the workers register with the KV capacity it states. A real router service
+and real HTTP servers on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kvrouter.adapters.vllm.config import DEFAULT_CAPACITY_BLOCKS
 from kvrouter.adapters.vllm.sidecar import VllmSidecar
 from kvrouter.service import RouterServer, ServiceConfig
 
@@ -56,7 +58,8 @@ async def probed(farm, page: str, **entry):
     (`entry` added), and a router it joins through a sidecar that probes it:
     (the engine's HTTP server, the entry, the router)."""
     http = await EngineHttp(page).start()
-    engine, _ = farm.start("a", "map", address=http.url, capacity_blocks=1000, **PROBE, **entry)
+    entry = {"capacity_blocks": 1000, **PROBE, **entry}
+    engine, _ = farm.start("a", "map", address=http.url, **entry)
     server = await router()
     try:
         async with VllmSidecar(f"127.0.0.1:{server.port}", [engine]):
@@ -148,5 +151,66 @@ def test_a_rank_the_page_does_not_name_is_logged_and_reports_no_load(farm, caplo
                 lambda: "names other DP ranks" in caplog.text, "the missing rank to be logged"
             )
             assert server.policy.load(worker) == (0, 0, 0)
+
+    run(scenario())
+
+
+def cache_config(num_gpu_blocks: int | str, block_size: int = 16) -> str:
+    """vLLM's info gauge for its cache config, as its logger writes it."""
+    return (
+        "# TYPE vllm:cache_config_info gauge\n"
+        f'vllm:cache_config_info{{block_size="{block_size}",engine="0",'
+        f'num_gpu_blocks="{num_gpu_blocks}",enable_prefix_caching="True"}} 1.0\n'
+    )
+
+
+def test_workers_register_with_the_capacity_the_engine_states_and_follow_a_restart(farm):
+    """An entry without `capacity_blocks`: the rank registers with the
+    blocks the engine's page states (in 32-token blocks: 2,000 of the
+    router's 16), its load counts usage in them, and when the engine comes
+    back with another cache size the rank registers again with it."""
+    page = VLLM_METRICS + cache_config(1000, block_size=32)
+
+    async def scenario():
+        async with probed(farm, page, capacity_blocks=None) as (http, engine, server):
+            (worker,) = engine.worker_ids
+            await until(lambda: worker in server.workers, "the engine to register")
+            assert server.workers.get(worker).capacity_blocks == 2000
+            await until(
+                lambda: server.policy.load(worker) == (800, 500, 5),
+                "the load, counted in the stated capacity",
+            )
+            http.metrics = VLLM_METRICS + cache_config(3000)
+            await until(
+                lambda: server.workers.get(worker).capacity_blocks == 3000,
+                "the new capacity to reach the router",
+            )
+            await until(lambda: server.policy.load(worker) == (800, 750, 5), "the load in it")
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("stated", ["none", "not yet sized"])
+def test_an_engine_stating_no_capacity_gets_the_default_and_a_warning(farm, caplog, stated):
+    page = VLLM_METRICS + (cache_config("None") if stated == "not yet sized" else "")
+
+    async def scenario():
+        async with probed(farm, page, capacity_blocks=None) as (_, engine, server):
+            (worker,) = engine.worker_ids
+            await until(lambda: worker in server.workers, "the engine to register")
+            assert server.workers.get(worker).capacity_blocks == DEFAULT_CAPACITY_BLOCKS
+            assert "states no KV capacity" in caplog.text
+
+    run(scenario())
+
+
+def test_the_entrys_capacity_wins_over_the_engines(farm):
+    async def scenario():
+        page = VLLM_METRICS + cache_config(5000)
+        async with probed(farm, page, capacity_blocks=1000) as (_, engine, server):
+            (worker,) = engine.worker_ids
+            await until(lambda: worker in server.workers, "the engine to register")
+            await until(lambda: server.policy.load(worker) == (800, 250, 5), "the load")
+            assert server.workers.get(worker).capacity_blocks == 1000
 
     run(scenario())

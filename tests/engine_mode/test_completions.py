@@ -10,7 +10,7 @@ import openai
 import pytest
 from waiting import wait_until
 
-from kvrouter.adapters.vllm.engine_load import engine_loads
+from kvrouter.adapters.vllm.engine_load import engine_loads, read_engine_page
 
 from .conftest import BLOCK_SIZE, MODEL, NUM_KV_BLOCKS
 
@@ -150,6 +150,12 @@ def test_models_health_and_refusals_read_as_vllms(client, engine_worker):
         client.completions.create(
             model=MODEL, prompt=PROMPT, max_tokens=1, extra_body={"cache_salt": "tenant-a"}
         )
+
+
+def test_the_metrics_page_states_the_kv_capacity_as_vllms_does(engine_worker):
+    """So that a sidecar in front of this engine registers its real capacity."""
+    (reading,) = read_engine_page(metrics(engine_worker)).values()
+    assert reading.capacity_tokens == NUM_KV_BLOCKS * BLOCK_SIZE
 
 
 def test_a_stop_token_ends_the_completion_and_is_named(client, reference):

@@ -3,13 +3,14 @@ back it registers again and resyncs its KV events."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import grpc
 import pytest
 from waiting import wait_until
 
-from kvrouter.client import Unavailable, WorkerLoad, WorkerRegistration
+from kvrouter.client import RouterError, Unavailable, WorkerLoad, WorkerRegistration
 from kvrouter.proto_gen import router_pb2 as pb
 from kvrouter.proto_gen import router_pb2_grpc
 
@@ -96,6 +97,37 @@ def test_heartbeats_carry_load_and_reregister_after_a_router_restart(start_route
         lambda: registration.registrations >= 2 and worker_ids(router) == [2],
         what="re-registration",
     )
+
+
+def test_a_new_capacity_registers_again_and_a_refused_one_is_not_kept(start_router):
+    """An engine restarted with another cache size: its worker registers
+    again with the new capacity. If another process has since taken the
+    id, the router refuses, and the worker keeps the capacity it had, so
+    that a later call tries again."""
+    router = start_router(**FAST)
+
+    def capacity() -> int:
+        (worker,) = router.client().list_workers()
+        return worker.capacity_blocks
+
+    async def scenario():
+        first = WorkerRegistration(
+            router.target, role="both", capacity_blocks=100, block_size=BLOCK, worker_id=5
+        )
+        await first.start()
+        await first.set_capacity(300)
+        assert capacity() == 300
+        other = WorkerRegistration(
+            router.target, role="both", capacity_blocks=50, block_size=BLOCK, worker_id=5
+        )
+        await other.start()
+        with pytest.raises(RouterError, match="registered by another process"):
+            await first.set_capacity(400)
+        assert (first.capacity_blocks, capacity()) == (300, 50)
+        await first.stop(deregister=False)
+        await other.stop()
+
+    asyncio.run(scenario())
 
 
 def test_a_returning_worker_without_events_is_routable_again(start_router):

@@ -11,7 +11,7 @@ role = "both"                              # prefill | decode | both
 address = "http://10.0.0.5:8000"           # its OpenAI server: probed, and what clients call
 probe_interval_s = 0.5                     # /health and /metrics every this often
 probe_timeout_s = 1.0                      # a probe slower than this fails
-capacity_blocks = 40000
+capacity_blocks = 40000                    # optional: read from its /metrics by default
 model = "llama-3-8b"                       # the model requests name to reach it
 adapters = ["sql"]                         # LoRA adapters it serves: "llama-3-8b:sql"
 namespace = ""                             # cache salt its blocks hash with
@@ -40,6 +40,8 @@ from typing import Any
 from kvrouter.client.convert import ROLE_VALUES
 from kvrouter.net.worker_protocol import KV_TRANSFER_NONE, OPENAI, check_kv_transfer
 
+# The KV capacity assumed for an engine whose entry and /metrics state none.
+DEFAULT_CAPACITY_BLOCKS = 1_000_000
 # ZMQ transports an engine's sockets may be on.
 ZMQ_SCHEMES = ("tcp", "ipc", "inproc")
 
@@ -60,12 +62,13 @@ class EngineConfig:
     address: str = ""
     probe_interval_s: float = 0.5
     probe_timeout_s: float = 1.0
-    # The engine's KV capacity in blocks (vLLM logs "GPU KV cache size: N
-    # tokens": N divided by the block size): the router excludes prompts that
-    # cannot fit, turns the engine's cache usage into decode blocks, and sizes
-    # its prefix index for it (one table home per block), so an unset default
-    # costs the router memory.
-    capacity_blocks: int = 1_000_000
+    # The engine's KV capacity in blocks per DP rank: the router excludes
+    # prompts that cannot fit, turns the engine's cache usage into decode
+    # blocks, and sizes its prefix index for it (one table home per block).
+    # None: the sidecar reads it from the engine's /metrics (vLLM's
+    # `vllm:cache_config_info`, SGLang's `sglang:max_total_num_tokens`),
+    # and `DEFAULT_CAPACITY_BLOCKS` until it can.
+    capacity_blocks: int | None = None
     # The model it serves, as requests name it (empty: requests that name
     # none), and the LoRA adapters it serves on it (`model:adapter`). Its
     # blocks hash in the model's (or the adapter's) namespace.
@@ -106,6 +109,8 @@ class EngineConfig:
             check_kv_transfer(OPENAI, self.kv_transfer, self.role, self.bootstrap_port)
         except ValueError as e:
             raise ValueError(f"engine {self.name}: {e}") from None
+        if self.capacity_blocks is not None and self.capacity_blocks <= 0:
+            raise ValueError(f"engine {self.name}: capacity_blocks must be positive")
         if self.attention_chunk_size < 0:
             raise ValueError(f"engine {self.name}: attention_chunk_size must be >= 0")
         if self.data_parallel_size < 1:

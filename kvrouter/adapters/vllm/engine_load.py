@@ -1,6 +1,7 @@
-"""An engine's load, read from its Prometheus `/metrics` text, as the
-router's cost model takes it (`WorkerLoad`), per data-parallel rank.
+"""An engine's load and KV capacity, read from its Prometheus `/metrics`
+text, per data-parallel rank.
 
+The load, as the router's cost model takes it (`WorkerLoad`):
 - `active_requests`: running + waiting (vLLM `vllm:num_requests_running`
   and `vllm:num_requests_waiting`; SGLang `sglang:num_running_reqs` and
   `sglang:num_queue_reqs`);
@@ -10,6 +11,11 @@ router's cost model takes it (`WorkerLoad`), per data-parallel rank.
 - `active_decode_blocks`: the KV cache's used fraction × its capacity
   (vLLM `vllm:kv_cache_usage_perc`, older `vllm:gpu_cache_usage_perc`;
   SGLang `sglang:token_usage`).
+
+The capacity, in tokens: vLLM states it in the labels of its info gauge
+`vllm:cache_config_info` (`num_gpu_blocks` × `block_size`), SGLang as the
+gauge `sglang:max_total_num_tokens`. A page that states none (an older
+engine, or one still profiling its memory) has no capacity.
 
 A series' DP rank is its `engine` label (vLLM) or `dp_rank` label
 (SGLang); a series without one speaks for every rank of the engine (SGLang
@@ -30,6 +36,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from kvrouter.client.types import WorkerLoad
 
 RANK_LABELS = ("engine", "dp_rank")
+VLLM_CACHE_CONFIG = "vllm:cache_config_info"
+# Where a rank's stated capacity is kept among its read values.
+CAPACITY_TOKENS = "capacity_tokens"
 
 
 @dataclass(frozen=True)
@@ -55,10 +64,32 @@ SGLANG = _Names(
     prompt_sum="sglang:prompt_tokens_total",
     prompt_count="sglang:num_requests_total",
 )
+SGLANG_CAPACITY = "sglang:max_total_num_tokens"
 
 
-def engine_loads(text: str, capacity_blocks: int) -> dict[int | None, WorkerLoad]:
-    """Each DP rank's load (None: the series named no rank), from a
+@dataclass(frozen=True)
+class RankReading:
+    """One DP rank's figures on an engine's page."""
+
+    running: int
+    waiting: int
+    mean_prompt: float
+    # The used fraction of its KV cache, 0 to 1.
+    cache_usage: float
+    # Its KV capacity in tokens, where the page states it.
+    capacity_tokens: int | None
+
+    def load(self, capacity_blocks: int) -> WorkerLoad:
+        """The rank's load, its cache usage counted in `capacity_blocks`."""
+        return WorkerLoad(
+            queued_prefill_tokens=round(self.waiting * self.mean_prompt),
+            active_decode_blocks=round(self.cache_usage * capacity_blocks),
+            active_requests=self.running + self.waiting,
+        )
+
+
+def read_engine_page(text: str) -> dict[int | None, RankReading]:
+    """Each DP rank's figures (None: the series named no rank), from a
     `/metrics` page of vLLM or SGLang; empty when it has neither's gauges.
     ValueError for text that is not Prometheus' format."""
     values: dict[int | None, dict[str, float]] = defaultdict(dict)
@@ -66,18 +97,32 @@ def engine_loads(text: str, capacity_blocks: int) -> dict[int | None, WorkerLoad
         for sample in family.samples:
             if not math.isfinite(sample.value) or sample.labels.get("priority"):
                 continue
-            rank = _rank(sample.labels)
-            kept = values[rank]
+            kept = values[_rank(sample.labels)]
+            if sample.name == VLLM_CACHE_CONFIG:
+                tokens = _vllm_capacity(sample.labels)
+                if tokens is not None:
+                    kept[CAPACITY_TOKENS] = tokens
+                continue
+            if sample.name == SGLANG_CAPACITY:
+                # One pool per rank, whichever of its processes states it.
+                kept[CAPACITY_TOKENS] = max(kept.get(CAPACITY_TOKENS, 0.0), sample.value)
+                continue
             kept[sample.name] = kept.get(sample.name, 0.0) + sample.value
     names = next((n for n in (VLLM, SGLANG) if any(n.running in v for v in values.values())), None)
     if names is None:
         return {}
     shared = values.get(None, {})
     return {
-        rank: _load(names, {**shared, **kept}, capacity_blocks)
+        rank: _reading(names, {**shared, **kept})
         for rank, kept in values.items()
         if names.running in kept
     }
+
+
+def engine_loads(text: str, capacity_blocks: int) -> dict[int | None, WorkerLoad]:
+    """Each DP rank's load on a page (see `read_engine_page`), its cache
+    usage counted in `capacity_blocks`."""
+    return {rank: r.load(capacity_blocks) for rank, r in read_engine_page(text).items()}
 
 
 def _rank(labels: dict[str, str]) -> int | None:
@@ -88,14 +133,23 @@ def _rank(labels: dict[str, str]) -> int | None:
     return None
 
 
-def _load(names: _Names, values: dict[str, float], capacity_blocks: int) -> WorkerLoad:
-    running = max(0, round(values.get(names.running, 0.0)))
-    waiting = max(0, round(values.get(names.waiting, 0.0)))
+def _vllm_capacity(labels: dict[str, str]) -> int | None:
+    """Tokens of KV cache a `vllm:cache_config_info` sample states; None
+    before the engine has sized its cache (`num_gpu_blocks="None"`)."""
+    blocks, block_size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+    if not (blocks.isdigit() and block_size.isdigit()):
+        return None
+    return int(blocks) * int(block_size)
+
+
+def _reading(names: _Names, values: dict[str, float]) -> RankReading:
     count = values.get(names.prompt_count, 0.0)
-    mean_prompt = values.get(names.prompt_sum, 0.0) / count if count > 0 else 0.0
     usage = next((values[n] for n in names.usage if n in values), 0.0)
-    return WorkerLoad(
-        queued_prefill_tokens=round(waiting * max(0.0, mean_prompt)),
-        active_decode_blocks=round(min(1.0, max(0.0, usage)) * capacity_blocks),
-        active_requests=running + waiting,
+    capacity = values.get(CAPACITY_TOKENS)
+    return RankReading(
+        running=max(0, round(values.get(names.running, 0.0))),
+        waiting=max(0, round(values.get(names.waiting, 0.0))),
+        mean_prompt=max(0.0, values.get(names.prompt_sum, 0.0) / count) if count > 0 else 0.0,
+        cache_usage=min(1.0, max(0.0, usage)),
+        capacity_tokens=int(capacity) if capacity is not None and capacity > 0 else None,
     )

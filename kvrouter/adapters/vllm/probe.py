@@ -12,7 +12,14 @@ forgot the worker, has it register again.
 Load is looked up by the global DP rank, which vLLM's `engine` label
 carries; a page naming ranks but not the worker's (a node's
 `data_parallel_start_rank` left out) is logged once, and the worker
-reports the rank-less series or none."""
+reports the rank-less series or none.
+
+A rank's KV capacity is its engine entry's `capacity_blocks` where set,
+else what the engine's page states (vLLM's `vllm:cache_config_info`,
+SGLang's `sglang:max_total_num_tokens`) in blocks of the router's size, else
+`DEFAULT_CAPACITY_BLOCKS`, logged once a page has been read that states
+none. `on_read` is awaited after each page read, so that the sidecar can
+register a rank again when its engine restarts with another cache size."""
 
 from __future__ import annotations
 
@@ -20,10 +27,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
-from kvrouter.adapters.vllm.engine_load import engine_loads
+from kvrouter.adapters.vllm.config import DEFAULT_CAPACITY_BLOCKS
+from kvrouter.adapters.vllm.engine_load import RankReading, read_engine_page
 from kvrouter.client.types import WorkerLoad
 
 log = logging.getLogger("kvrouter.adapters.vllm.probe")
@@ -34,21 +43,28 @@ class EngineProbe:
         self,
         name: str,
         address: str,
-        capacity_blocks: int,
+        capacity_blocks: int | None,
         *,
+        block_size: int,
         interval_s: float,
         timeout_s: float,
+        on_read: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """`address` is the engine's HTTP base URL (`http://host:port`)."""
+        """`address` is the engine's HTTP base URL (`http://host:port`);
+        `capacity_blocks` its entry's, None to read it from the engine."""
         self.name = name
         self.base = address.rstrip("/")
         self.capacity_blocks = capacity_blocks
+        self.block_size = block_size
         self.interval_s = interval_s
         self.timeout_s = timeout_s
+        self.on_read = on_read
         self.healthy_at: float | None = None
-        self.loads: dict[int | None, WorkerLoad] = {}
+        self.readings: dict[int | None, RankReading] = {}
+        self.pages_read = 0
         self.failures = 0
         self._unlabelled: set[int] = set()
+        self._unstated: set[int] = set()
         self._task: asyncio.Task | None = None
         self._session: aiohttp.ClientSession | None = None
 
@@ -78,8 +94,12 @@ class EngineProbe:
         self.healthy_at = time.monotonic()
         with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError, ValueError):
             async with self._session.get(f"{self.base}/metrics") as response:
-                if response.status == 200:
-                    self.loads = engine_loads(await response.text(), self.capacity_blocks)
+                if response.status != 200:
+                    return True
+                self.readings = read_engine_page(await response.text())
+                self.pages_read += 1
+        if self.pages_read and self.on_read is not None:
+            await self.on_read()
         return True
 
     def _failed(self, error: str) -> None:
@@ -95,10 +115,10 @@ class EngineProbe:
         None (no heartbeat)."""
         if self.healthy_at is None or time.monotonic() - self.healthy_at > within_s:
             return None
-        load = self.loads.get(dp_rank)
-        if load is not None:
-            return load
-        ranks = sorted(rank for rank in self.loads if rank is not None)
+        reading = self._reading(dp_rank)
+        if reading is not None:
+            return reading.load(self.capacity_for(dp_rank))
+        ranks = sorted(rank for rank in self.readings if rank is not None)
         if ranks and dp_rank not in self._unlabelled:
             self._unlabelled.add(dp_rank)
             log.warning(
@@ -106,7 +126,33 @@ class EngineProbe:
                 "check its data_parallel_start_rank",
                 extra={"fields": {"engine": self.name, "dp_rank": dp_rank, "page_ranks": ranks}},
             )
-        return self.loads.get(None) or WorkerLoad()
+        return WorkerLoad()
+
+    def capacity_for(self, dp_rank: int) -> int:
+        """The rank's KV capacity in blocks (see the module note)."""
+        if self.capacity_blocks is not None:
+            return self.capacity_blocks
+        reading = self._reading(dp_rank)
+        if reading is not None and reading.capacity_tokens is not None:
+            return max(1, reading.capacity_tokens // self.block_size)
+        if self.pages_read and dp_rank not in self._unstated:
+            self._unstated.add(dp_rank)
+            log.warning(
+                "the engine's /metrics states no KV capacity for this rank, and its entry "
+                "sets no capacity_blocks: assuming the default",
+                extra={
+                    "fields": {
+                        "engine": self.name,
+                        "dp_rank": dp_rank,
+                        "capacity_blocks": DEFAULT_CAPACITY_BLOCKS,
+                    }
+                },
+            )
+        return DEFAULT_CAPACITY_BLOCKS
+
+    def _reading(self, dp_rank: int) -> RankReading | None:
+        """The rank's figures, or the page's rank-less ones."""
+        return self.readings.get(dp_rank) or self.readings.get(None)
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -18,6 +18,7 @@ publishes the events to their JetStream stream, as `kvrouter bridge` does:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from kvrouter.adapters.nats import EngineBridge, NatsConfig
@@ -30,6 +31,8 @@ from kvrouter.events import EventPublisher, WorkerBatch
 from kvrouter.net.addresses import check_dial
 from kvrouter.net.startup import StartupError
 from kvrouter.net.worker_protocol import OPENAI, check_address
+
+log = logging.getLogger("kvrouter.adapters.vllm.sidecar")
 
 
 class PublisherSink:
@@ -99,8 +102,10 @@ class VllmSidecar:
                     engine.name,
                     engine.address,
                     engine.capacity_blocks,
+                    block_size=self.block_size,
                     interval_s=engine.probe_interval_s,
                     timeout_s=engine.probe_timeout_s,
+                    on_read=lambda engine=engine: self._follow_capacity(engine),
                 )
                 self.probes[engine.name] = probe
                 await probe.start()
@@ -121,7 +126,7 @@ class VllmSidecar:
                 registration = WorkerRegistration(
                     router,
                     role=engine.role,
-                    capacity_blocks=engine.capacity_blocks,
+                    capacity_blocks=self.probes[engine.name].capacity_for(stream.dp_rank),
                     address=engine.address,
                     block_size=self.block_size,
                     worker_id=stream.worker_id,
@@ -143,6 +148,30 @@ class VllmSidecar:
                         f"--router {router} refused engine {engine.name}: {e}"
                     ) from None
                 self.registrations.append(registration)
+
+    async def _follow_capacity(self, engine: EngineConfig) -> None:
+        """Registers each of the engine's ranks again whose capacity, as its
+        page now states it, differs from what the router was told. A refusal
+        is logged, and retried after the next read."""
+        probe = self.probes[engine.name]
+        ranks = {stream.worker_id: stream.dp_rank for stream in engine.streams}
+        for registration in list(self.registrations):
+            dp_rank = ranks.get(registration.worker_id)
+            if dp_rank is None:
+                continue
+            try:
+                await registration.set_capacity(probe.capacity_for(dp_rank))
+            except RouterError as e:
+                log.warning(
+                    "the router refused the engine's new KV capacity",
+                    extra={
+                        "fields": {
+                            "engine": engine.name,
+                            "router": registration.target,
+                            "error": str(e),
+                        }
+                    },
+                )
 
     def _load(self, engine: EngineConfig, dp_rank: int):
         """A rank's heartbeat load: its engine's probed load, or None (no

@@ -50,6 +50,8 @@ class EngineApi:
         model_name: str,
         root: str,
         max_model_len: int,
+        block_size: int,
+        num_gpu_blocks: int,
     ) -> None:
         self.engine = engine
         self.handoffs = handoffs
@@ -57,7 +59,7 @@ class EngineApi:
         self.model_name = model_name
         self.root = root
         self.max_model_len = max_model_len
-        self.metrics = VllmMetrics(model_name, max_model_len)
+        self.metrics = VllmMetrics(model_name, max_model_len, block_size, num_gpu_blocks)
         self.draining = False
         self.created = int(time.time())
 

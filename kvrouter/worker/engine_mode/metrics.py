@@ -1,6 +1,6 @@
 """`/metrics` under vLLM 0.33's names and labels (`model_name`, and
 `engine`, the DP rank: always 0 here), the series the sidecar reads an
-engine's load from (kvrouter/adapters/vllm/engine_load.py)."""
+engine's load and KV capacity from (kvrouter/adapters/vllm/engine_load.py)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,21 @@ def token_buckets(max_model_len: int) -> list[int]:
 
 
 class VllmMetrics:
-    def __init__(self, model_name: str, max_model_len: int) -> None:
+    def __init__(
+        self, model_name: str, max_model_len: int, block_size: int, num_gpu_blocks: int
+    ) -> None:
         self.registry = CollectorRegistry()
         labels = {"model_name": model_name, "engine": "0"}
         names = list(labels)
+        # vLLM's info gauge: its cache config as labels, the value 1.
+        cache_config = {"engine": "0", "block_size": str(block_size)}
+        cache_config["num_gpu_blocks"] = str(num_gpu_blocks)
+        Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            list(cache_config),
+            registry=self.registry,
+        ).labels(**cache_config).set(1)
 
         def labelled(kind, name: str, documentation: str, **kwargs):
             metric = kind(name, documentation, names, registry=self.registry, **kwargs)
