@@ -18,7 +18,7 @@ A rank's KV capacity is its engine entry's `capacity_blocks` where set,
 else what the engine's page states (vLLM's `vllm:cache_config_info`,
 SGLang's `sglang:max_total_num_tokens`) in blocks of the router's size, else
 `DEFAULT_CAPACITY_BLOCKS`, logged once a page has been read that states
-none. `on_read` is awaited after each page read, so that the sidecar can
+none. `on_read` is called after each page read, so that the sidecar can
 register a rank again when its engine restarts with another cache size."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import aiohttp
 
@@ -48,7 +48,7 @@ class EngineProbe:
         block_size: int,
         interval_s: float,
         timeout_s: float,
-        on_read: Callable[[], Awaitable[None]] | None = None,
+        on_read: Callable[[], None] | None = None,
     ) -> None:
         """`address` is the engine's HTTP base URL (`http://host:port`);
         `capacity_blocks` its entry's, None to read it from the engine."""
@@ -99,7 +99,7 @@ class EngineProbe:
                 self.readings = read_engine_page(await response.text())
                 self.pages_read += 1
         if self.pages_read and self.on_read is not None:
-            await self.on_read()
+            self.on_read()
         return True
 
     def _failed(self, error: str) -> None:

@@ -18,6 +18,8 @@ publishes the events to their JetStream stream, as `kvrouter bridge` does:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -90,6 +92,8 @@ class VllmSidecar:
         self.block_size = block_size
         self.nats = nats
         self.registrations: list[WorkerRegistration] = []
+        # Per engine, the re-registrations under way for a new capacity.
+        self._following: dict[str, asyncio.Task] = {}
         self.probes: dict[str, EngineProbe] = {}
         self.publishers: dict[int, EventPublisher] = {}
         self.subscriber: EngineSubscriber | None = None
@@ -105,7 +109,7 @@ class VllmSidecar:
                     block_size=self.block_size,
                     interval_s=engine.probe_interval_s,
                     timeout_s=engine.probe_timeout_s,
-                    on_read=lambda engine=engine: self._follow_capacity(engine),
+                    on_read=lambda engine=engine: self._capacity_read(engine),
                 )
                 self.probes[engine.name] = probe
                 await probe.start()
@@ -149,6 +153,14 @@ class VllmSidecar:
                     ) from None
                 self.registrations.append(registration)
 
+    def _capacity_read(self, engine: EngineConfig) -> None:
+        """After each read of the engine's page: registers its ranks again,
+        in a task of their own so that the probes keep their pace, where
+        the capacity it states differs from what the routers were told."""
+        pending = self._following.get(engine.name)
+        if pending is None or pending.done():
+            self._following[engine.name] = asyncio.ensure_future(self._follow_capacity(engine))
+
     async def _follow_capacity(self, engine: EngineConfig) -> None:
         """Registers each of the engine's ranks again whose capacity, as its
         page now states it, differs from what the router was told. A refusal
@@ -157,10 +169,11 @@ class VllmSidecar:
         ranks = {stream.worker_id: stream.dp_rank for stream in engine.streams}
         for registration in list(self.registrations):
             dp_rank = ranks.get(registration.worker_id)
-            if dp_rank is None:
+            capacity = None if dp_rank is None else probe.capacity_for(dp_rank)
+            if capacity is None or capacity == registration.capacity_blocks:
                 continue
             try:
-                await registration.set_capacity(probe.capacity_for(dp_rank))
+                await registration.set_capacity(capacity)
             except RouterError as e:
                 log.warning(
                     "the router refused the engine's new KV capacity",
@@ -200,6 +213,13 @@ class VllmSidecar:
         await self.subscriber.start()
 
     async def stop(self) -> None:
+        for probe in self.probes.values():
+            probe.on_read = None
+        for task in self._following.values():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._following.clear()
         if self.bridge is not None:
             await self.bridge.stop()
             self.bridge = None
