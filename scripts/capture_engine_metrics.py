@@ -22,8 +22,8 @@ ENGINES = {
     0: {"running": 3, "waiting": 2, "deferred": 1, "kv_cache_usage": 0.25, "prompts": [300, 500]},
     1: {"running": 1, "waiting": 0, "deferred": 0, "kv_cache_usage": 0.5, "prompts": [1000]},
 }
-# The KV cache vLLM sized at startup, which each engine's info gauge states.
-NUM_GPU_BLOCKS = 2048
+# The KV blocks each DP engine sized at startup.
+BLOCKS_PER_ENGINE = 2048
 
 
 def main() -> int:
@@ -44,7 +44,12 @@ def main() -> int:
         model_config=ModelConfig(model=str(model), served_model_name="tiny"),
         device_config=DeviceConfig(device="cpu"),
     )
-    config.cache_config.num_gpu_blocks = NUM_GPU_BLOCKS
+    # As vLLM's front end records its engines' ready messages
+    # (MPClient._apply_ready_response): their blocks summed over the DP
+    # engines, and the tokens one engine holds (kv_cache_size_tokens).
+    cache = config.cache_config
+    cache.num_gpu_blocks = BLOCKS_PER_ENGINE * len(ENGINES)
+    cache.kv_cache_size_tokens = BLOCKS_PER_ENGINE * cache.block_size
     logger = PrometheusStatLogger(config, engine_indexes=list(ENGINES))
     logger.log_engine_initialized()
     for engine, state in ENGINES.items():
@@ -63,8 +68,12 @@ def main() -> int:
     out = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
     page = out / f"vllm-{vllm.__version__}-metrics.txt"
     page.write_bytes(generate_latest(REGISTRY))
-    cache = {"num_gpu_blocks": NUM_GPU_BLOCKS, "block_size": config.cache_config.block_size}
-    recorded = {engine: {**state, **cache} for engine, state in ENGINES.items()}
+    stated = {
+        "num_gpu_blocks": cache.num_gpu_blocks,
+        "block_size": cache.block_size,
+        "kv_cache_size_tokens": cache.kv_cache_size_tokens,
+    }
+    recorded = {engine: {**state, **stated} for engine, state in ENGINES.items()}
     (out / f"{page.name}.json").write_text(json.dumps(recorded, indent=2) + "\n")
     print(f"wrote {page}")
     return 0

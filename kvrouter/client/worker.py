@@ -101,6 +101,9 @@ class WorkerRegistration:
         # Proves this process's registration to the router; 0 before the first.
         self.registration_token = 0
         self.registrations = 0
+        # One Register at a time: a new capacity and a re-registration after
+        # the router forgot the worker would otherwise race with one token.
+        self._registering = asyncio.Lock()
         self._channel: grpc.aio.Channel | None = None
         self._stub: router_pb2_grpc.RegistryStub | None = None
         self._task: asyncio.Task | None = None
@@ -123,6 +126,10 @@ class WorkerRegistration:
         return registration
 
     async def _register(self) -> Registration:
+        async with self._registering:
+            return await self._register_once()
+
+    async def _register_once(self) -> Registration:
         request = pb.RegisterRequest(
             role=ROLE_VALUES[self.role],
             address=self.address,

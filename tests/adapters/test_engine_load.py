@@ -7,7 +7,10 @@ labels."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+import pytest
 
 from kvrouter.adapters.vllm.engine_load import engine_loads, read_engine_page
 from kvrouter.client.types import WorkerLoad
@@ -81,21 +84,41 @@ def test_a_page_of_neither_engine_is_no_load():
     assert engine_loads("# TYPE x gauge\nx 1.0\n", CAPACITY) == {}
 
 
-def test_vllms_own_page_states_each_ranks_kv_capacity():
+def test_vllms_own_page_states_each_engines_kv_capacity():
+    """Two DP engines behind one front end: each reads as its own tokens
+    (`kv_cache_size_tokens`), not as the blocks the front end sums."""
     page = FIXTURES / "vllm-0.33.0-metrics.txt"
     recorded = json.loads(Path(f"{page}.json").read_text())
     readings = read_engine_page(page.read_text())
     for rank, state in recorded.items():
-        expected = state["num_gpu_blocks"] * state["block_size"]
-        assert readings[int(rank)].capacity_tokens == expected
+        assert readings[int(rank)].capacity_tokens == state["kv_cache_size_tokens"]
 
 
-def test_a_vllm_engine_still_sizing_its_cache_states_no_capacity():
-    """vLLM writes its info gauge with `num_gpu_blocks="None"` until the
-    engine has profiled its memory."""
+def test_without_the_tokens_label_the_summed_blocks_are_shared_among_the_engines():
+    """A vLLM that states only `num_gpu_blocks`, summed over its DP engines."""
     page = FIXTURES / "vllm-0.33.0-metrics.txt"
-    text = page.read_text().replace('num_gpu_blocks="2048"', 'num_gpu_blocks="None"')
-    assert {r.capacity_tokens for r in read_engine_page(text).values()} == {None}
+    recorded = json.loads(Path(f"{page}.json").read_text())
+    state = recorded["0"]
+    text = page.read_text().replace(
+        f'kv_cache_size_tokens="{state["kv_cache_size_tokens"]}"', 'kv_cache_size_tokens="None"'
+    )
+    per_engine = state["num_gpu_blocks"] * state["block_size"] // len(recorded)
+    assert {r.capacity_tokens for r in read_engine_page(text).values()} == {per_engine}
+
+
+@pytest.mark.parametrize(
+    "stated", ["None", "0", "-5", "1.5", "²", "99999999999999999999", "kv", ""]
+)
+def test_a_vllm_engine_stating_no_usable_capacity_has_none(stated):
+    """Still sizing its cache (`"None"`), or a garbled page: no capacity,
+    and the rest of the page still reads."""
+    page = FIXTURES / "vllm-0.33.0-metrics.txt"
+    text = re.sub(
+        r'(kv_cache_size_tokens|num_gpu_blocks)="\d+"', rf'\1="{stated}"', page.read_text()
+    )
+    readings = read_engine_page(text)
+    assert {r.capacity_tokens for r in readings.values()} == {None}
+    assert {r.running for r in readings.values()} == {3, 1}
 
 
 def test_sglangs_page_states_each_ranks_capacity_in_tokens():

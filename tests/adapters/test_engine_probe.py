@@ -155,21 +155,22 @@ def test_a_rank_the_page_does_not_name_is_logged_and_reports_no_load(farm, caplo
     run(scenario())
 
 
-def cache_config(num_gpu_blocks: int | str, block_size: int = 16) -> str:
-    """vLLM's info gauge for its cache config, as its logger writes it."""
+def cache_config(tokens: int | str, num_gpu_blocks: int | str = 1) -> str:
+    """vLLM 0.33's info gauge for its cache config, as its logger writes it
+    (the labels that matter here)."""
     return (
         "# TYPE vllm:cache_config_info gauge\n"
-        f'vllm:cache_config_info{{block_size="{block_size}",engine="0",'
+        f'vllm:cache_config_info{{block_size="16",engine="0",kv_cache_size_tokens="{tokens}",'
         f'num_gpu_blocks="{num_gpu_blocks}",enable_prefix_caching="True"}} 1.0\n'
     )
 
 
 def test_workers_register_with_the_capacity_the_engine_states_and_follow_a_restart(farm):
     """An entry without `capacity_blocks`: the rank registers with the
-    blocks the engine's page states (in 32-token blocks: 2,000 of the
-    router's 16), its load counts usage in them, and when the engine comes
-    back with another cache size the rank registers again with it."""
-    page = VLLM_METRICS + cache_config(1000, block_size=32)
+    tokens the engine's page states, in the router's 16-token blocks, its
+    load counts usage in them, and when the engine comes back with another
+    cache size the rank registers again with it."""
+    page = VLLM_METRICS + cache_config(32_000)
 
     async def scenario():
         async with probed(farm, page, capacity_blocks=None) as (http, engine, server):
@@ -180,7 +181,7 @@ def test_workers_register_with_the_capacity_the_engine_states_and_follow_a_resta
                 lambda: server.policy.load(worker) == (800, 500, 5),
                 "the load, counted in the stated capacity",
             )
-            http.metrics = VLLM_METRICS + cache_config(3000)
+            http.metrics = VLLM_METRICS + cache_config(48_000)
             await until(
                 lambda: server.workers.get(worker).capacity_blocks == 3000,
                 "the new capacity to reach the router",
@@ -192,7 +193,8 @@ def test_workers_register_with_the_capacity_the_engine_states_and_follow_a_resta
 
 @pytest.mark.parametrize("stated", ["none", "not yet sized"])
 def test_an_engine_stating_no_capacity_gets_the_default_and_a_warning(farm, caplog, stated):
-    page = VLLM_METRICS + (cache_config("None") if stated == "not yet sized" else "")
+    unsized = cache_config("None", num_gpu_blocks="None")
+    page = VLLM_METRICS + (unsized if stated == "not yet sized" else "")
 
     async def scenario():
         async with probed(farm, page, capacity_blocks=None) as (_, engine, server):
@@ -206,11 +208,64 @@ def test_an_engine_stating_no_capacity_gets_the_default_and_a_warning(farm, capl
 
 def test_the_entrys_capacity_wins_over_the_engines(farm):
     async def scenario():
-        page = VLLM_METRICS + cache_config(5000)
+        page = VLLM_METRICS + cache_config(80_000)
         async with probed(farm, page, capacity_blocks=1000) as (_, engine, server):
             (worker,) = engine.worker_ids
             await until(lambda: worker in server.workers, "the engine to register")
             await until(lambda: server.policy.load(worker) == (800, 250, 5), "the load")
             assert server.workers.get(worker).capacity_blocks == 1000
+
+    run(scenario())
+
+
+def test_each_dp_rank_registers_its_own_engines_capacity_not_the_front_ends_sum(farm):
+    """vLLM 0.33's own page for two DP engines behind one front end, which
+    sums their blocks in `num_gpu_blocks`: each rank registers one
+    engine's `kv_cache_size_tokens`."""
+    page = FIXTURES / "vllm-0.33.0-metrics.txt"
+    recorded = json.loads(Path(f"{page}.json").read_text())
+
+    async def scenario():
+        async with probed(farm, page.read_text(), dp=2, capacity_blocks=None) as (
+            _,
+            engine,
+            server,
+        ):
+            workers = {s.dp_rank: s.worker_id for s in engine.streams}
+            await until(lambda: all(w in server.workers for w in workers.values()), "the ranks")
+            for rank, worker in workers.items():
+                expected = recorded[str(rank)]["kv_cache_size_tokens"] // 16
+                assert server.workers.get(worker).capacity_blocks == expected
+
+    run(scenario())
+
+
+def test_a_sidecar_started_before_its_engine_takes_its_capacity_once_it_answers(farm):
+    """Until the engine answers, its ranks register with the default; the
+    first page it serves brings its own capacity to the router."""
+
+    async def scenario():
+        page = VLLM_METRICS + cache_config(32_000)
+        http = await EngineHttp(page).start()
+        http.state = "down"
+        entry = {**PROBE, "capacity_blocks": None}
+        engine, _ = farm.start("a", "map", address=http.url, **entry)
+        server = await router()
+        try:
+            async with VllmSidecar(f"127.0.0.1:{server.port}", [engine]):
+                (worker,) = engine.worker_ids
+                await until(lambda: worker in server.workers, "the rank to register")
+                assert server.workers.get(worker).capacity_blocks == DEFAULT_CAPACITY_BLOCKS
+                http.state = "up"
+                await until(
+                    lambda: (
+                        worker in server.workers
+                        and server.workers.get(worker).capacity_blocks == 2000
+                    ),
+                    "the engine's capacity to reach the router",
+                )
+        finally:
+            await http.stop()
+            await server.stop(grace=0)
 
     run(scenario())

@@ -114,18 +114,20 @@ def test_a_new_capacity_registers_again_and_a_refused_one_is_not_kept(start_rout
         first = WorkerRegistration(
             router.target, role="both", capacity_blocks=100, block_size=BLOCK, worker_id=5
         )
-        await first.start()
-        await first.set_capacity(300)
-        assert capacity() == 300
         other = WorkerRegistration(
             router.target, role="both", capacity_blocks=50, block_size=BLOCK, worker_id=5
         )
-        await other.start()
-        with pytest.raises(RouterError, match="registered by another process"):
-            await first.set_capacity(400)
-        assert (first.capacity_blocks, capacity()) == (300, 50)
-        await first.stop(deregister=False)
-        await other.stop()
+        await first.start()
+        try:
+            await first.set_capacity(300)
+            assert capacity() == 300
+            await other.start()
+            with pytest.raises(RouterError, match="registered by another process"):
+                await first.set_capacity(400)
+            assert (first.capacity_blocks, capacity()) == (300, 50)
+        finally:
+            await first.stop(deregister=False)
+            await other.stop()
 
     asyncio.run(scenario())
 

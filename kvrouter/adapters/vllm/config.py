@@ -109,8 +109,11 @@ class EngineConfig:
             check_kv_transfer(OPENAI, self.kv_transfer, self.role, self.bootstrap_port)
         except ValueError as e:
             raise ValueError(f"engine {self.name}: {e}") from None
-        if self.capacity_blocks is not None and self.capacity_blocks <= 0:
-            raise ValueError(f"engine {self.name}: capacity_blocks must be positive")
+        capacity = self.capacity_blocks
+        if capacity is not None and (type(capacity) is not int or capacity <= 0):
+            raise ValueError(
+                f"engine {self.name}: capacity_blocks must be a positive integer, got {capacity!r}"
+            )
         if self.attention_chunk_size < 0:
             raise ValueError(f"engine {self.name}: attention_chunk_size must be >= 0")
         if self.data_parallel_size < 1:

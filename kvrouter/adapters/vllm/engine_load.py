@@ -12,10 +12,15 @@ The load, as the router's cost model takes it (`WorkerLoad`):
   (vLLM `vllm:kv_cache_usage_perc`, older `vllm:gpu_cache_usage_perc`;
   SGLang `sglang:token_usage`).
 
-The capacity, in tokens: vLLM states it in the labels of its info gauge
-`vllm:cache_config_info` (`num_gpu_blocks` × `block_size`), SGLang as the
-gauge `sglang:max_total_num_tokens`. A page that states none (an older
-engine, or one still profiling its memory) has no capacity.
+The capacity of one DP engine, in tokens: vLLM states it in the labels of
+its info gauge `vllm:cache_config_info`, one series per engine, as
+`kv_cache_size_tokens` (its own per-engine count, which allows for hybrid
+models' cache groups); before that label existed, as `num_gpu_blocks` ×
+`block_size`, where a front end serving several DP engines sums their
+blocks, so that figure is divided among the page's engines. SGLang states
+it as the gauge `sglang:max_total_num_tokens`. A page that states none (an
+older engine, or one still sizing its cache: `"None"`) has no capacity; a
+figure past 2^48 tokens is no engine's and is ignored.
 
 A series' DP rank is its `engine` label (vLLM) or `dp_rank` label
 (SGLang); a series without one speaks for every rank of the engine (SGLang
@@ -37,7 +42,8 @@ from kvrouter.client.types import WorkerLoad
 
 RANK_LABELS = ("engine", "dp_rank")
 VLLM_CACHE_CONFIG = "vllm:cache_config_info"
-# Where a rank's stated capacity is kept among its read values.
+MAX_CAPACITY_TOKENS = 1 << 48
+# Where a rank's stated capacity is kept among its values.
 CAPACITY_TOKENS = "capacity_tokens"
 
 
@@ -93,21 +99,21 @@ def read_engine_page(text: str) -> dict[int | None, RankReading]:
     `/metrics` page of vLLM or SGLang; empty when it has neither's gauges.
     ValueError for text that is not Prometheus' format."""
     values: dict[int | None, dict[str, float]] = defaultdict(dict)
+    cache_configs: list[tuple[int | None, dict[str, str]]] = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if not math.isfinite(sample.value) or sample.labels.get("priority"):
                 continue
-            kept = values[_rank(sample.labels)]
+            rank = _rank(sample.labels)
             if sample.name == VLLM_CACHE_CONFIG:
-                tokens = _vllm_capacity(sample.labels)
-                if tokens is not None:
-                    kept[CAPACITY_TOKENS] = tokens
-                continue
-            if sample.name == SGLANG_CAPACITY:
-                # One pool per rank, whichever of its processes states it.
-                kept[CAPACITY_TOKENS] = max(kept.get(CAPACITY_TOKENS, 0.0), sample.value)
-                continue
-            kept[sample.name] = kept.get(sample.name, 0.0) + sample.value
+                cache_configs.append((rank, sample.labels))
+            elif sample.name == SGLANG_CAPACITY:
+                _keep_capacity(values[rank], _stated(sample.value))
+            else:
+                values[rank][sample.name] = values[rank].get(sample.name, 0.0) + sample.value
+    engines = max(1, len({rank for rank, _ in cache_configs}))
+    for rank, labels in cache_configs:
+        _keep_capacity(values[rank], _vllm_capacity(labels, engines))
     names = next((n for n in (VLLM, SGLANG) if any(n.running in v for v in values.values())), None)
     if names is None:
         return {}
@@ -133,13 +139,33 @@ def _rank(labels: dict[str, str]) -> int | None:
     return None
 
 
-def _vllm_capacity(labels: dict[str, str]) -> int | None:
-    """Tokens of KV cache a `vllm:cache_config_info` sample states; None
-    before the engine has sized its cache (`num_gpu_blocks="None"`)."""
-    blocks, block_size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
-    if not (blocks.isdigit() and block_size.isdigit()):
+def _stated(value: str | float | None) -> int | None:
+    """A positive count a page states (a label's decimal digits, or a
+    sample's value), at most `MAX_CAPACITY_TOKENS`; None for anything else."""
+    if isinstance(value, str):
+        value = int(value) if value.isdecimal() else None
+    if value is None or not 0 < value <= MAX_CAPACITY_TOKENS:
         return None
-    return int(blocks) * int(block_size)
+    return int(value)
+
+
+def _keep_capacity(kept: dict[str, float], tokens: int | None) -> None:
+    """Keeps the largest capacity any of a rank's series states: one pool
+    per rank, whichever of its processes states it."""
+    if tokens is not None:
+        kept[CAPACITY_TOKENS] = max(kept.get(CAPACITY_TOKENS, 0), tokens)
+
+
+def _vllm_capacity(labels: dict[str, str], engines: int) -> int | None:
+    """One engine's KV tokens from a `vllm:cache_config_info` sample (see
+    the module note), `engines` the page's count of them."""
+    tokens = _stated(labels.get("kv_cache_size_tokens"))
+    if tokens is not None:
+        return tokens
+    blocks, block_size = _stated(labels.get("num_gpu_blocks")), _stated(labels.get("block_size"))
+    if blocks is None or block_size is None:
+        return None
+    return _stated(blocks * block_size // engines)
 
 
 def _reading(names: _Names, values: dict[str, float]) -> RankReading:
@@ -151,5 +177,5 @@ def _reading(names: _Names, values: dict[str, float]) -> RankReading:
         waiting=max(0, round(values.get(names.waiting, 0.0))),
         mean_prompt=max(0.0, values.get(names.prompt_sum, 0.0) / count) if count > 0 else 0.0,
         cache_usage=min(1.0, max(0.0, usage)),
-        capacity_tokens=int(capacity) if capacity is not None and capacity > 0 else None,
+        capacity_tokens=None if capacity is None else int(capacity),
     )

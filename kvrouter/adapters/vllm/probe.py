@@ -115,24 +115,26 @@ class EngineProbe:
         None (no heartbeat)."""
         if self.healthy_at is None or time.monotonic() - self.healthy_at > within_s:
             return None
-        reading = self._reading(dp_rank)
-        if reading is not None:
-            return reading.load(self.capacity_for(dp_rank))
-        ranks = sorted(rank for rank in self.readings if rank is not None)
-        if ranks and dp_rank not in self._unlabelled:
-            self._unlabelled.add(dp_rank)
-            log.warning(
-                "the engine's /metrics names other DP ranks than this worker's; "
-                "check its data_parallel_start_rank",
-                extra={"fields": {"engine": self.name, "dp_rank": dp_rank, "page_ranks": ranks}},
-            )
-        return WorkerLoad()
+        reading = self.readings.get(dp_rank)
+        if reading is None:
+            ranks = sorted(rank for rank in self.readings if rank is not None)
+            if ranks and dp_rank not in self._unlabelled:
+                self._unlabelled.add(dp_rank)
+                log.warning(
+                    "the engine's /metrics names other DP ranks than this worker's; "
+                    "check its data_parallel_start_rank",
+                    extra={
+                        "fields": {"engine": self.name, "dp_rank": dp_rank, "page_ranks": ranks}
+                    },
+                )
+            reading = self.readings.get(None)
+        return WorkerLoad() if reading is None else reading.load(self.capacity_for(dp_rank))
 
     def capacity_for(self, dp_rank: int) -> int:
         """The rank's KV capacity in blocks (see the module note)."""
         if self.capacity_blocks is not None:
             return self.capacity_blocks
-        reading = self._reading(dp_rank)
+        reading = self.readings.get(dp_rank) or self.readings.get(None)
         if reading is not None and reading.capacity_tokens is not None:
             return max(1, reading.capacity_tokens // self.block_size)
         if self.pages_read and dp_rank not in self._unstated:
@@ -149,10 +151,6 @@ class EngineProbe:
                 },
             )
         return DEFAULT_CAPACITY_BLOCKS
-
-    def _reading(self, dp_rank: int) -> RankReading | None:
-        """The rank's figures, or the page's rank-less ones."""
-        return self.readings.get(dp_rank) or self.readings.get(None)
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -19,7 +19,6 @@ publishes the events to their JetStream stream, as `kvrouter bridge` does:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -174,14 +173,15 @@ class VllmSidecar:
                 continue
             try:
                 await registration.set_capacity(capacity)
-            except RouterError as e:
+            except Exception as e:  # logged, and retried after the next read
                 log.warning(
-                    "the router refused the engine's new KV capacity",
+                    "could not register the engine's new KV capacity",
                     extra={
                         "fields": {
                             "engine": engine.name,
                             "router": registration.target,
-                            "error": str(e),
+                            "capacity_blocks": capacity,
+                            "error": str(e) or type(e).__name__,
                         }
                     },
                 )
@@ -217,8 +217,8 @@ class VllmSidecar:
             probe.on_read = None
         for task in self._following.values():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # Their errors were logged where they arose.
+        await asyncio.gather(*self._following.values(), return_exceptions=True)
         self._following.clear()
         if self.bridge is not None:
             await self.bridge.stop()

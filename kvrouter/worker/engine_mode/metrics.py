@@ -29,8 +29,12 @@ class VllmMetrics:
         labels = {"model_name": model_name, "engine": "0"}
         names = list(labels)
         # vLLM's info gauge: its cache config as labels, the value 1.
-        cache_config = {"engine": "0", "block_size": str(block_size)}
-        cache_config["num_gpu_blocks"] = str(num_gpu_blocks)
+        cache_config = {
+            "engine": "0",
+            "block_size": str(block_size),
+            "num_gpu_blocks": str(num_gpu_blocks),
+            "kv_cache_size_tokens": str(num_gpu_blocks * block_size),
+        }
         Gauge(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
