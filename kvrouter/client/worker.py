@@ -208,14 +208,15 @@ class WorkerRegistration:
         """Registers again with another KV capacity (an engine restarted with
         another cache size). Raises RouterError if the router refuses, and
         keeps the capacity it had, so that a later call retries."""
-        if capacity_blocks == self.capacity_blocks:
-            return
-        previous, self.capacity_blocks = self.capacity_blocks, capacity_blocks
-        try:
-            await self._register()
-        except BaseException:
-            self.capacity_blocks = previous
-            raise
+        async with self._registering:
+            if capacity_blocks == self.capacity_blocks:
+                return
+            previous, self.capacity_blocks = self.capacity_blocks, capacity_blocks
+            try:
+                await self._register_once()
+            except BaseException:
+                self.capacity_blocks = previous
+                raise
         log.info(
             "registered again with a new KV capacity",
             extra={

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from kvrouter.adapters.vllm.config import DEFAULT_CAPACITY_BLOCKS
+from kvrouter.adapters.vllm.probe import EngineProbe
 from kvrouter.adapters.vllm.sidecar import VllmSidecar
+from kvrouter.client.types import WorkerLoad
 from kvrouter.service import RouterServer, ServiceConfig
 
 from .conftest import until
@@ -267,5 +269,47 @@ def test_a_sidecar_started_before_its_engine_takes_its_capacity_once_it_answers(
         finally:
             await http.stop()
             await server.stop(grace=0)
+
+    run(scenario())
+
+
+def test_a_stated_capacity_is_kept_through_a_page_without_it_and_tiny_figures_are_not_one(
+    caplog,
+):
+    """One probe at a time, by hand: the last capacity the engine stated
+    stands until it states another; a figure under one block states
+    nothing; a rank the page does not name is logged as that, not as a
+    rank without a capacity."""
+
+    async def scenario():
+        http = await EngineHttp(VLLM_METRICS + cache_config(32_000)).start()
+        probe = EngineProbe("a", http.url, None, block_size=16, interval_s=3600, timeout_s=1)
+        try:
+            await probe.start()
+            assert probe.capacity_for(0) == 2000
+            http.metrics = VLLM_METRICS
+            await probe.probe()
+            assert probe.capacity_for(0) == 2000
+            http.metrics = VLLM_METRICS + cache_config(48_000)
+            await probe.probe()
+            assert probe.capacity_for(0) == 3000
+            other = EngineProbe("b", http.url, None, block_size=16, interval_s=3600, timeout_s=1)
+            http.metrics = VLLM_METRICS + cache_config(8)
+            await other.start()
+            assert other.capacity_for(0) == DEFAULT_CAPACITY_BLOCKS
+            assert "states no KV capacity" in caplog.text
+            await other.stop()
+            caplog.clear()
+            http.metrics = (VLLM_METRICS + cache_config(32_000)).replace('engine="0"', 'engine="1"')
+            missing = EngineProbe("c", http.url, None, block_size=16, interval_s=3600, timeout_s=1)
+            await missing.start()
+            assert missing.capacity_for(0) == DEFAULT_CAPACITY_BLOCKS
+            assert missing.load_for(0, within_s=60) == WorkerLoad()
+            assert "names other DP ranks" in caplog.text
+            assert "states no KV capacity" not in caplog.text
+            await missing.stop()
+        finally:
+            await probe.stop()
+            await http.stop()
 
     run(scenario())

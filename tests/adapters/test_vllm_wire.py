@@ -195,7 +195,7 @@ def test_engines_load_from_toml_with_dp_ranks(tmp_path):
                 {"engines": [{"name": "a", "endpoint": "tcp://h:1", "capacity_blocks": bad}]},
                 "capacity_blocks must be a positive integer",
             )
-            for bad in (0, -1, 1.5, True, "40000")
+            for bad in (0, -1, 1.5, True, "40000", 1 << 49)
         ],
         (
             {"engines": [{"name": "a", "endpoint": "tcp://h:1", "kv_transfer": "nixl"}]},

@@ -110,9 +110,10 @@ class EngineConfig:
         except ValueError as e:
             raise ValueError(f"engine {self.name}: {e}") from None
         capacity = self.capacity_blocks
-        if capacity is not None and (type(capacity) is not int or capacity <= 0):
+        if capacity is not None and (type(capacity) is not int or not 0 < capacity <= 1 << 48):
             raise ValueError(
-                f"engine {self.name}: capacity_blocks must be a positive integer, got {capacity!r}"
+                f"engine {self.name}: capacity_blocks must be a positive integer up to 2^48, "
+                f"got {capacity!r}"
             )
         if self.attention_chunk_size < 0:
             raise ValueError(f"engine {self.name}: attention_chunk_size must be >= 0")

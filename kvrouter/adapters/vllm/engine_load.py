@@ -14,8 +14,10 @@ The load, as the router's cost model takes it (`WorkerLoad`):
 
 The capacity of one DP engine, in tokens: vLLM states it in the labels of
 its info gauge `vllm:cache_config_info`, one series per engine, as
-`kv_cache_size_tokens` (its own per-engine count, which allows for hybrid
-models' cache groups); before that label existed, as `num_gpu_blocks` ×
+`kv_cache_size_tokens` (a per-engine count, which allows for hybrid
+models' cache groups; a front end serving several DP engines writes the
+first one's on every series, their sizes being alike); before that label
+existed, as `num_gpu_blocks` ×
 `block_size`, where a front end serving several DP engines sums their
 blocks, so that figure is divided among the page's engines. SGLang states
 it as the gauge `sglang:max_total_num_tokens`. A page that states none (an
@@ -134,7 +136,7 @@ def engine_loads(text: str, capacity_blocks: int) -> dict[int | None, WorkerLoad
 def _rank(labels: dict[str, str]) -> int | None:
     for name in RANK_LABELS:
         value = labels.get(name, "")
-        if value.isdigit():
+        if value.isdecimal():
             return int(value)
     return None
 

@@ -15,11 +15,12 @@ carries; a page naming ranks but not the worker's (a node's
 reports the rank-less series or none.
 
 A rank's KV capacity is its engine entry's `capacity_blocks` where set,
-else what the engine's page states (vLLM's `vllm:cache_config_info`,
-SGLang's `sglang:max_total_num_tokens`) in blocks of the router's size, else
-`DEFAULT_CAPACITY_BLOCKS`, logged once a page has been read that states
-none. `on_read` is called after each page read, so that the sidecar can
-register a rank again when its engine restarts with another cache size."""
+else what the engine's page last stated (vLLM's `vllm:cache_config_info`,
+SGLang's `sglang:max_total_num_tokens`) in whole blocks of the router's
+size, else `DEFAULT_CAPACITY_BLOCKS`, logged once a page has been read
+that names the rank and states none. `on_read` is called after each page
+read, so that the sidecar can register a rank again when its engine
+restarts with another cache size."""
 
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ class EngineProbe:
         self.failures = 0
         self._unlabelled: set[int] = set()
         self._unstated: set[int] = set()
+        # Per rank, the capacity in blocks its engine last stated.
+        self._stated: dict[int, int] = {}
         self._task: asyncio.Task | None = None
         self._session: aiohttp.ClientSession | None = None
 
@@ -131,13 +134,20 @@ class EngineProbe:
         return WorkerLoad() if reading is None else reading.load(self.capacity_for(dp_rank))
 
     def capacity_for(self, dp_rank: int) -> int:
-        """The rank's KV capacity in blocks (see the module note)."""
+        """The rank's KV capacity in blocks (see the module note): the last
+        its engine stated, so that a page missing the figure now and then
+        does not send the routers back to the default."""
         if self.capacity_blocks is not None:
             return self.capacity_blocks
         reading = self.readings.get(dp_rank) or self.readings.get(None)
-        if reading is not None and reading.capacity_tokens is not None:
-            return max(1, reading.capacity_tokens // self.block_size)
-        if self.pages_read and dp_rank not in self._unstated:
+        blocks = reading and reading.capacity_tokens and reading.capacity_tokens // self.block_size
+        if blocks:
+            self._stated[dp_rank] = blocks
+        stated = self._stated.get(dp_rank)
+        if stated is not None:
+            return stated
+        # A rank the page does not name is logged as such by `load_for`.
+        if self.pages_read and reading is not None and dp_rank not in self._unstated:
             self._unstated.add(dp_rank)
             log.warning(
                 "the engine's /metrics states no KV capacity for this rank, and its entry "

@@ -91,8 +91,10 @@ class VllmSidecar:
         self.block_size = block_size
         self.nats = nats
         self.registrations: list[WorkerRegistration] = []
-        # Per engine, the re-registrations under way for a new capacity.
+        # Per engine, the re-registrations under way for a new capacity, and
+        # those that failed (worker, router, capacity), logged once each.
         self._following: dict[str, asyncio.Task] = {}
+        self._capacity_failures: set[tuple[int, str, int]] = set()
         self.probes: dict[str, EngineProbe] = {}
         self.publishers: dict[int, EventPublisher] = {}
         self.subscriber: EngineSubscriber | None = None
@@ -162,8 +164,9 @@ class VllmSidecar:
 
     async def _follow_capacity(self, engine: EngineConfig) -> None:
         """Registers each of the engine's ranks again whose capacity, as its
-        page now states it, differs from what the router was told. A refusal
-        is logged, and retried after the next read."""
+        page now states it, differs from what the router was told. A failure
+        is retried after the next read, and logged once per router and
+        capacity."""
         probe = self.probes[engine.name]
         ranks = {stream.worker_id: stream.dp_rank for stream in engine.streams}
         for registration in list(self.registrations):
@@ -173,7 +176,11 @@ class VllmSidecar:
                 continue
             try:
                 await registration.set_capacity(capacity)
-            except Exception as e:  # logged, and retried after the next read
+            except Exception as e:  # retried after the next read
+                failure = (registration.worker_id, registration.target, capacity)
+                if failure in self._capacity_failures:
+                    continue
+                self._capacity_failures.add(failure)
                 log.warning(
                     "could not register the engine's new KV capacity",
                     extra={
