@@ -17,12 +17,12 @@ its info gauge `vllm:cache_config_info`, one series per engine, as
 `kv_cache_size_tokens` (a per-engine count, which allows for hybrid
 models' cache groups; a front end serving several DP engines writes the
 first one's on every series, their sizes being alike); before that label
-existed, as `num_gpu_blocks` ×
-`block_size`, where a front end serving several DP engines sums their
-blocks, so that figure is divided among the page's engines. SGLang states
-it as the gauge `sglang:max_total_num_tokens`. A page that states none (an
-older engine, or one still sizing its cache: `"None"`) has no capacity; a
-figure past 2^48 tokens is no engine's and is ignored.
+existed, as `num_gpu_blocks` × `block_size`, where a front end serving
+several DP engines sums their blocks, so that figure is divided among the
+page's engines. SGLang states it as the gauge
+`sglang:max_total_num_tokens`. A page that states none (an older engine,
+or one still sizing its cache: `"None"`) has no capacity; a figure past
+2^48 tokens is no engine's and is ignored.
 
 A series' DP rank is its `engine` label (vLLM) or `dp_rank` label
 (SGLang); a series without one speaks for every rank of the engine (SGLang

@@ -140,9 +140,9 @@ class EngineProbe:
         if self.capacity_blocks is not None:
             return self.capacity_blocks
         reading = self.readings.get(dp_rank) or self.readings.get(None)
-        blocks = reading and reading.capacity_tokens and reading.capacity_tokens // self.block_size
-        if blocks:
-            self._stated[dp_rank] = blocks
+        tokens = None if reading is None else reading.capacity_tokens
+        if tokens is not None and tokens >= self.block_size:
+            self._stated[dp_rank] = tokens // self.block_size
         stated = self._stated.get(dp_rank)
         if stated is not None:
             return stated
