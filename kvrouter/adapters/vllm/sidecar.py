@@ -34,6 +34,8 @@ from kvrouter.net.startup import StartupError
 from kvrouter.net.worker_protocol import OPENAI, check_address
 
 log = logging.getLogger("kvrouter.adapters.vllm.sidecar")
+# How long stopping waits for re-registrations under way.
+FOLLOW_GRACE_S = 2.0
 
 
 class PublisherSink:
@@ -222,6 +224,10 @@ class VllmSidecar:
     async def stop(self) -> None:
         for probe in self.probes.values():
             probe.on_read = None
+        if self._following:
+            # A Register cut off in flight could leave the router holding a
+            # token this side never got, and the deregistration below refused.
+            await asyncio.wait(self._following.values(), timeout=FOLLOW_GRACE_S)
         for task in self._following.values():
             task.cancel()
         # Their errors were logged where they arose.
