@@ -42,6 +42,7 @@ SGLANG_PAGE = "\n".join(
         scheduler("sglang:num_queue_reqs", 0, 2.0, ""),
         scheduler("sglang:num_queue_reqs", 0, 2.0, "1"),
         scheduler("sglang:num_queue_reqs", 1, 1.0, ""),
+        # Written once at startup (`SchedulerMetricsCollector.emit_constants`).
         "# TYPE sglang:max_total_num_tokens gauge",
         scheduler("sglang:max_total_num_tokens", 0, 471258.0),
         scheduler("sglang:max_total_num_tokens", 1, 471258.0),
