@@ -125,3 +125,14 @@ def test_a_vllm_engine_stating_no_usable_capacity_has_none(stated):
 def test_sglangs_page_states_each_ranks_capacity_in_tokens():
     readings = read_engine_page(SGLANG_PAGE)
     assert {rank: r.capacity_tokens for rank, r in readings.items()} == {0: 471258, 1: 471258}
+
+
+def test_a_garbled_series_the_sidecar_does_not_read_leaves_the_rest_of_the_page_read():
+    """Only the series above are parsed: one line of a histogram no one
+    reads, garbled, does not cost the ranks their load."""
+    page = FIXTURES / "vllm-0.33.0-metrics.txt"
+    lines = page.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("vllm:iteration_tokens_total_"))
+    lines[at] = "vllm:iteration_tokens_total_bucket{le=0.5 garbled"
+    readings = read_engine_page("\n".join(lines))
+    assert {r.running for r in readings.values()} == {3, 1}
