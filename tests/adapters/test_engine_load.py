@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvrouter.adapters.vllm.engine_load import engine_loads, read_engine_page
+from kvrouter.adapters.vllm.engine_load import read_engine_page
 from kvrouter.client.types import WorkerLoad
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -56,6 +56,11 @@ SGLANG_PAGE = "\n".join(
         "",
     ]
 )
+
+
+def engine_loads(text: str, capacity_blocks: int) -> dict[int | None, WorkerLoad]:
+    """Each rank's load on a page, its cache usage counted in `capacity_blocks`."""
+    return {rank: r.load(capacity_blocks) for rank, r in read_engine_page(text).items()}
 
 
 def test_vllms_own_page_reads_as_each_ranks_load():

@@ -10,7 +10,7 @@ import openai
 import pytest
 from waiting import wait_until
 
-from kvrouter.adapters.vllm.engine_load import engine_loads, read_engine_page
+from kvrouter.adapters.vllm.engine_load import read_engine_page
 
 from .conftest import BLOCK_SIZE, MODEL, NUM_KV_BLOCKS
 
@@ -29,7 +29,7 @@ def metrics(worker) -> str:
 
 
 def load(worker):
-    return engine_loads(metrics(worker), NUM_KV_BLOCKS)[0]
+    return read_engine_page(metrics(worker))[0].load(NUM_KV_BLOCKS)
 
 
 def test_a_streamed_completion_returns_the_engines_greedy_tokens_and_usage(client, reference):

@@ -143,12 +143,6 @@ def _series_name(line: str) -> str:
     return line.partition("{")[0].partition(" ")[0]
 
 
-def engine_loads(text: str, capacity_blocks: int) -> dict[int | None, WorkerLoad]:
-    """Each DP rank's load on a page (see `read_engine_page`), its cache
-    usage counted in `capacity_blocks`."""
-    return {rank: r.load(capacity_blocks) for rank, r in read_engine_page(text).items()}
-
-
 def _rank(labels: dict[str, str]) -> int | None:
     for name in RANK_LABELS:
         value = labels.get(name, "")
