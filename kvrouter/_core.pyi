@@ -251,8 +251,13 @@ class PrefixIndex:
         """Sizes the tables for workers that can hold `capacity_blocks` blocks together
         (at most `max_blocks` and 2**24): one home per block, kept until the next call
         (fewer shrinks them), so that applying their events does not double a table, one
-        stalling step, until more than 7/8 of those blocks are distinct. A router sizes
-        its index for its registered workers."""
+        stalling step, until more than 7/8 of those blocks are distinct. The tables are
+        made before the index is locked and swapped in under the lock, so lookups go on
+        meanwhile. A router sizes its index for its registered workers, in the background."""
+    def wait_sized(self) -> None:
+        """Waits until the index is sized as last asked in the background (a router asks
+        at every registration and removal), and an engine's name table, made small by
+        its first ids, has its reserved size."""
     def stats(self) -> dict[str, int]:
         """{"blocks", "workers", "approximate", "pruned_total", "table_bytes"}"""
     def workers(self) -> dict[int, tuple[int, int]]:
@@ -513,7 +518,8 @@ class Router:
     ) -> None:
         """Routed requests for `model` ("" : requests that name none) and for
         `model:adapter` for each of `adapters`. The index is sized for all
-        registered workers' `capacity_blocks` (PrefixIndex.reserve)."""
+        registered workers' `capacity_blocks` (PrefixIndex.reserve), in the background:
+        PrefixIndex.wait_sized waits for it."""
     def remove_worker(self, worker_id: int) -> list[str]:
         """Forgets the worker; returns the ids of requests booked on it."""
     def set_healthy(self, worker_id: int, healthy: bool) -> None: ...

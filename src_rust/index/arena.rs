@@ -10,7 +10,7 @@
 //! costs 12 bytes and a bit, and is checked whole.
 
 use super::owner_sets::SetId;
-use super::slot_table::{prefetch, SlotTable};
+use super::slot_table::{prefetch, BlankTable, SlotTable};
 use crate::ids::{EngineBlockId, SeqHash};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -110,6 +110,40 @@ pub struct NodeArena {
     stale_names: usize,
     /// Homes both tables are given up front ([`NodeArena::reserve`]).
     reserved_homes: usize,
+}
+
+/// The tables a reservation remakes, by their log2 homes (None: kept).
+pub struct Reservation {
+    homes: usize,
+    sequence: Option<u32>,
+    names: Option<u32>,
+}
+
+impl Reservation {
+    pub fn remakes_nothing(&self) -> bool {
+        self.sequence.is_none() && self.names.is_none()
+    }
+
+    /// The blank tables it takes; slow for big tables, so made under no lock.
+    pub fn blanks(&self) -> BlankTables {
+        BlankTables {
+            homes: self.homes,
+            sequence: self.sequence.map(BlankTable::new_yielding),
+            names: self.names.map(BlankTable::new_yielding),
+        }
+    }
+}
+
+pub struct BlankTables {
+    homes: usize,
+    sequence: Option<BlankTable>,
+    names: Option<BlankTable>,
+}
+
+pub struct LaidTables {
+    homes: usize,
+    sequence: Option<SlotTable>,
+    names: Option<SlotTable>,
 }
 
 /// The hash table's hash of a sequence hash: it is already uniformly random.
@@ -297,12 +331,71 @@ impl NodeArena {
         }
     }
 
+    /// What [`NodeArena::reserve`] of `homes` would remake, by size: the
+    /// part of a reservation that can be made ahead, under no lock.
+    pub fn reservation(&self, homes: usize) -> Reservation {
+        Reservation {
+            homes,
+            sequence: self.table.resize_for(homes),
+            names: (!self.name_checks.is_empty())
+                .then(|| self.by_name.resize_for(homes))
+                .flatten(),
+        }
+    }
+
+    /// The tables [`NodeArena::reserve`] of `blanks.homes` would make,
+    /// laid into the blanks; lookups of the current ones may go on
+    /// meanwhile. A blank no longer of the right size is dropped.
+    pub fn lay_reserved(&self, blanks: BlankTables) -> LaidTables {
+        let lay = |table: &SlotTable, blank: Option<BlankTable>| {
+            blank.and_then(|blank| table.laid_into(blanks.homes, blank))
+        };
+        LaidTables {
+            homes: blanks.homes,
+            sequence: lay(&self.table, blanks.sequence),
+            names: (!self.name_checks.is_empty())
+                .then(|| lay(&self.by_name, blanks.names))
+                .flatten(),
+        }
+    }
+
+    /// Puts `laid` in place of the tables it remade and records the
+    /// reservation; remakes nothing. Returns the tables it replaced, for
+    /// the caller to free once it has let go of the index.
+    pub fn install(&mut self, laid: LaidTables) -> Vec<SlotTable> {
+        let mut retired = Vec::new();
+        if let Some(table) = laid.sequence {
+            retired.push(std::mem::replace(&mut self.table, table));
+        }
+        if let Some(table) = laid.names {
+            retired.push(std::mem::replace(&mut self.by_name, table));
+        }
+        self.reserved_homes = laid.homes;
+        self.table.keep_reserved(laid.homes);
+        if !self.name_checks.is_empty() {
+            self.by_name.keep_reserved(laid.homes);
+        }
+        retired
+    }
+
+    /// The homes of the last reservation.
+    pub fn reserved_homes(&self) -> usize {
+        self.reserved_homes
+    }
+
+    /// Whether engines name blocks and the name table is smaller than the
+    /// last reservation gives it: the table made with the first engine id
+    /// starts small (making a reserved one then would stall that batch's
+    /// apply) and is brought to size apart from it.
+    pub fn names_under_reservation(&self) -> bool {
+        !self.name_checks.is_empty() && self.by_name.is_under(self.reserved_homes)
+    }
+
     /// Names node `index` `id` unless it has another name or `id` names
     /// another node; returns whether `id` now names it.
     pub fn name(&mut self, index: u32, id: EngineBlockId) -> bool {
         if self.name_checks.is_empty() {
             self.name_checks = vec![0; self.nodes.len()];
-            self.by_name.reserve(self.reserved_homes);
         }
         if self.is_named(index) {
             // `id` is its name if the bottom halves match and the node's

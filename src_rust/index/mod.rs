@@ -11,6 +11,7 @@ mod holding;
 mod huge_pages;
 mod overlap;
 mod owner_sets;
+mod sizing;
 mod slot_table;
 mod snapshot;
 mod snapshot_frame;
@@ -65,8 +66,10 @@ fn event_blocks(event: &KvEvent) -> usize {
 
 use crate::ids::{SeqHash, WorkerId};
 use parking_lot::{RwLock, RwLockWriteGuard};
+use sizing::{Ask, Sizer};
 use std::borrow::Borrow;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Sizing of a [`PrefixIndex`].
@@ -114,8 +117,10 @@ enum Clock {
 }
 
 pub struct PrefixIndex {
-    tree: RwLock<PrefixTree>,
+    /// Shared with the sizing thread, once a reservation is asked of it.
+    tree: Arc<RwLock<PrefixTree>>,
     clock: Clock,
+    sizer: Sizer,
 }
 
 impl PrefixIndex {
@@ -125,8 +130,9 @@ impl PrefixIndex {
 
     fn from_tree(tree: PrefixTree) -> Self {
         PrefixIndex {
-            tree: RwLock::new(tree),
+            tree: Arc::new(RwLock::new(tree)),
             clock: Clock::Wall(Instant::now()),
+            sizer: Sizer::default(),
         }
     }
 
@@ -154,9 +160,31 @@ impl PrefixIndex {
         self.tree.read().block_size
     }
 
-    /// See [`PrefixTree::reserve`].
+    /// See [`PrefixTree::reserve`]: the tables are made before the write
+    /// lock is taken, and swapped in under it (`sizing.rs`).
     pub fn reserve(&self, capacity_blocks: usize) {
-        self.tree.write().reserve(capacity_blocks);
+        sizing::reserve(&self.tree, capacity_blocks);
+    }
+
+    /// [`PrefixIndex::reserve`] on the index's sizing thread: returns at
+    /// once, and a later call replaces one not yet begun.
+    pub fn reserve_in_background(&self, capacity_blocks: usize) {
+        self.sizer.ask(&self.tree, Ask::Capacity(capacity_blocks));
+    }
+
+    /// Waits until every reservation asked of the sizing thread is done.
+    pub fn wait_sized(&self) {
+        self.sizer.wait();
+    }
+
+    /// Lets go of the write lock, then has the name table brought to its
+    /// reserved size if an engine's first ids just made it (small).
+    fn release(&self, tree: RwLockWriteGuard<'_, PrefixTree>) {
+        let names_wanted = tree.arena.names_under_reservation();
+        drop(tree);
+        if names_wanted {
+            self.sizer.ask(&self.tree, Ask::Refresh);
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -171,7 +199,10 @@ impl PrefixIndex {
         batch: &EventBatch<E>,
         strict: bool,
     ) -> Result<ApplyOutcome, IndexError> {
-        self.tree.write().apply(batch, strict)
+        let mut tree = self.tree.write();
+        let outcome = tree.apply(batch, strict);
+        self.release(tree);
+        outcome
     }
 
     /// Applies many batches under one lock acquisition; each gets its own result.
@@ -181,14 +212,19 @@ impl PrefixIndex {
         strict: bool,
     ) -> Vec<Result<ApplyOutcome, IndexError>> {
         let mut tree = self.tree.write();
-        batches.iter().map(|b| tree.apply(b, strict)).collect()
+        let outcomes = batches.iter().map(|b| tree.apply(b, strict)).collect();
+        self.release(tree);
+        outcomes
     }
 
     pub fn resync<E: Borrow<KvEvent>>(
         &self,
         batch: &EventBatch<E>,
     ) -> Result<ApplyOutcome, IndexError> {
-        self.tree.write().resync(batch)
+        let mut tree = self.tree.write();
+        let outcome = tree.resync(batch);
+        self.release(tree);
+        outcome
     }
 
     /// Applies a batch (a resync dump with `resync`) as `apply` and `resync`
@@ -228,6 +264,7 @@ impl PrefixIndex {
             RwLockWriteGuard::bump(&mut tree);
         }
         tree.finish_apply(target, batch.seq);
+        self.release(tree);
         Ok(outcome)
     }
 

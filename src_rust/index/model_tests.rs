@@ -136,6 +136,9 @@ enum Op {
     Reserve {
         blocks: usize,
     },
+    ReserveInBackground {
+        blocks: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -152,6 +155,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => worker.clone().prop_map(|worker| Op::Duplicate { worker }),
         1 => worker.prop_map(|worker| Op::Gap { worker }),
         1 => (0usize..64).prop_map(|blocks| Op::Reserve { blocks }),
+        1 => (0usize..64).prop_map(|blocks| Op::ReserveInBackground { blocks }),
     ]
 }
 
@@ -313,6 +317,7 @@ fn step(model: &mut Model, idx: &PrefixIndex, op: &Op) {
             );
         }
         Op::Reserve { blocks } => idx.reserve(*blocks),
+        Op::ReserveInBackground { blocks } => idx.reserve_in_background(*blocks),
     }
 }
 

@@ -34,6 +34,12 @@ pub struct SlotTable {
     reserved_bits: u32,
 }
 
+/// Where an entry tagged `tag` belongs in a table of 2^bits homes: the
+/// tag's top bits.
+fn home_of(tag: u32, bits: u32) -> usize {
+    (u64::from(tag) >> (32 - bits)) as usize
+}
+
 /// The tag of a key hash: its top 32 bits.
 fn tag_of(hash: u64) -> u32 {
     (hash >> 32) as u32
@@ -46,7 +52,7 @@ impl SlotTable {
     }
 
     fn home(&self, tag: u32) -> usize {
-        (u64::from(tag) >> (32 - self.bits)) as usize
+        home_of(tag, self.bits)
     }
 
     /// The slot stored under `hash` for which `eq` holds.
@@ -115,15 +121,47 @@ impl SlotTable {
     /// table in one insert and at millions of entries stalls the caller.
     /// A smaller reservation shrinks the table by the rule a remap follows.
     pub fn reserve(&mut self, homes: usize) {
-        let bits = homes
-            .clamp(16, 1 << 31)
-            .next_power_of_two()
-            .trailing_zeros();
-        self.reserved_bits = bits;
-        let fits = bits_for(self.len).max(bits);
-        if bits > self.bits || fits + 1 < self.bits {
-            self.resize(fits);
+        self.keep_reserved(homes);
+        if let Some(bits) = self.resize_for(homes) {
+            self.resize(bits);
         }
+    }
+
+    /// Records a reservation of `homes` without remaking the table: what
+    /// [`SlotTable::reserve`] does once a table of the right size is in
+    /// place (see `sizing.rs`).
+    pub fn keep_reserved(&mut self, homes: usize) {
+        self.reserved_bits = reserved_bits(homes);
+    }
+
+    /// The log2 of the homes [`SlotTable::reserve`] would remake the table
+    /// with for `homes`; None where it keeps the table as it is.
+    pub fn resize_for(&self, homes: usize) -> Option<u32> {
+        let bits = reserved_bits(homes);
+        let fits = bits_for(self.len).max(bits);
+        (bits > self.bits || fits + 1 < self.bits).then_some(fits)
+    }
+
+    /// Whether the table is smaller than a reservation of `homes` keeps it.
+    pub fn is_under(&self, homes: usize) -> bool {
+        reserved_bits(homes) > self.bits
+    }
+
+    /// This table's entries laid into `blank`, as a table reserved for
+    /// `homes`: the table [`SlotTable::reserve`] would remake, built while
+    /// lookups of this one go on. None if `blank` is not of the size that
+    /// reservation takes, or its entries do not fit (no free tail).
+    pub fn laid_into(&self, homes: usize, mut blank: BlankTable) -> Option<SlotTable> {
+        if self.resize_for(homes) != Some(blank.bits) {
+            return None;
+        }
+        let len = lay(&mut blank.entries, blank.bits, self.live_entries())?;
+        Some(SlotTable {
+            entries: blank.entries,
+            bits: blank.bits,
+            len,
+            reserved_bits: reserved_bits(homes),
+        })
     }
 
     /// Adds `slot` under `hash`; the caller knows it is not there yet.
@@ -269,36 +307,83 @@ impl SlotTable {
         self.entries.capacity() * std::mem::size_of::<Entry>()
     }
 
+    fn live_entries(&self) -> impl Iterator<Item = Entry> + Clone + '_ {
+        self.entries.iter().copied().filter(|e| e.slot != EMPTY)
+    }
+
     fn resize(&mut self, bits: u32) {
         let old = std::mem::take(&mut self.entries);
         self.rebuild(bits, old.into_iter().filter(|e| e.slot != EMPTY));
     }
 
-    /// Lays `entries`, in tag order, into a table of 2^bits homes: each goes
-    /// to its home or just after the one before, in one pass.
+    /// Lays `entries`, in tag order, into a table of 2^bits homes, or more
+    /// where they do not fit.
     fn rebuild(&mut self, bits: u32, entries: impl Iterator<Item = Entry> + Clone) {
         let mut bits = bits.max(if self.len > 0 { 4 } else { 0 });
-        'sized: loop {
-            self.bits = bits;
-            let len = (1usize << bits) + TAIL;
-            let table = vec![FREE; len];
-            advise_huge_pages(&table);
-            self.entries = table;
-            self.len = 0;
-            let mut next = 0usize;
-            for entry in entries.clone() {
-                let at = next.max(self.home(entry.tag));
-                if at + 1 >= self.entries.len() {
-                    bits += 1;
-                    continue 'sized;
-                }
-                self.entries[at] = entry;
-                self.len += 1;
-                next = at + 1;
+        loop {
+            let mut blank = BlankTable::new(bits);
+            if let Some(len) = lay(&mut blank.entries, bits, entries.clone()) {
+                self.entries = blank.entries;
+                self.bits = bits;
+                self.len = len;
+                return;
             }
-            return;
+            bits += 1;
         }
     }
+}
+
+/// A table's worth of free entries, written and advised for huge pages:
+/// what makes a big table slow to make (its page faults), taken apart from
+/// the table so that it can be made under no lock (`sizing.rs`).
+pub struct BlankTable {
+    bits: u32,
+    entries: Vec<Entry>,
+}
+
+impl BlankTable {
+    pub fn new(bits: u32) -> Self {
+        let entries = vec![FREE; (1usize << bits) + TAIL];
+        advise_huge_pages(&entries);
+        BlankTable { bits, entries }
+    }
+
+    /// The same, written a step at a time with the CPU yielded between:
+    /// for a thread that holds no lock while it writes and shares a small
+    /// machine with the threads serving lookups.
+    pub fn new_yielding(bits: u32) -> Self {
+        let len = (1usize << bits) + TAIL;
+        let mut entries = Vec::with_capacity(len);
+        while entries.len() < len {
+            let step = YIELD_EVERY.min(len - entries.len());
+            entries.extend(std::iter::repeat_n(FREE, step));
+            std::thread::yield_now();
+        }
+        advise_huge_pages(&entries);
+        BlankTable { bits, entries }
+    }
+}
+
+/// Entries a yielding blank writes between yields: 1 MiB, about half a
+/// millisecond of page faults.
+const YIELD_EVERY: usize = (1 << 20) / std::mem::size_of::<Entry>();
+
+/// Lays `entries`, in tag order, into the free `table` of 2^bits homes:
+/// each goes to its home or just after the one before, in one pass.
+/// Returns how many it laid, or None where they run past the table's end.
+fn lay(table: &mut [Entry], bits: u32, entries: impl Iterator<Item = Entry>) -> Option<usize> {
+    let mut next = 0usize;
+    let mut len = 0usize;
+    for entry in entries {
+        let at = next.max(home_of(entry.tag, bits));
+        if at + 1 >= table.len() {
+            return None;
+        }
+        table[at] = entry;
+        len += 1;
+        next = at + 1;
+    }
+    Some(len)
 }
 
 /// Starts loading the cache line of `value`.
@@ -313,6 +398,15 @@ pub fn prefetch<T>(value: &T) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = value;
+}
+
+/// The log2 of the homes a reservation of `homes` keeps (at least 16, at
+/// most 2^31).
+fn reserved_bits(homes: usize) -> u32 {
+    homes
+        .clamp(16, 1 << 31)
+        .next_power_of_two()
+        .trailing_zeros()
 }
 
 /// Homes for `len` entries at most 7/8 full, rounded to a power of two.

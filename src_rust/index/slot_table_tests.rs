@@ -3,7 +3,7 @@
 //! with uniform hashes over enough keys that the table doubles several
 //! times between removals and remaps.
 
-use super::slot_table::SlotTable;
+use super::slot_table::{BlankTable, SlotTable};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -23,6 +23,18 @@ impl Checked {
             keys: Vec::new(),
             model: BTreeMap::new(),
             hash,
+        }
+    }
+
+    /// Reserves as the index's sizing does: the table laid into a blank
+    /// made apart, swapped in whole.
+    fn reserve_laid(&mut self, homes: usize) {
+        match self.table.resize_for(homes) {
+            Some(bits) => match self.table.laid_into(homes, BlankTable::new(bits)) {
+                Some(table) => self.table = table,
+                None => self.table.reserve(homes),
+            },
+            None => self.table.keep_reserved(homes),
         }
     }
 
@@ -102,6 +114,8 @@ enum Op {
     Remap(u32),
     /// Gives the table at least this many homes.
     Reserve(usize),
+    /// The same, the table laid into a blank made apart.
+    ReserveLaid(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -112,6 +126,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => key.prop_map(Op::Remove),
         1 => (2u32..5).prop_map(Op::Remap),
         1 => (0usize..400).prop_map(Op::Reserve),
+        1 => (0usize..400).prop_map(Op::ReserveLaid),
     ]
 }
 
@@ -136,6 +151,8 @@ enum RangeOp {
     Remap(u32),
     /// Gives the table at least this many homes.
     Reserve(usize),
+    /// The same, the table laid into a blank made apart.
+    ReserveLaid(usize),
 }
 
 fn range_op() -> impl Strategy<Value = RangeOp> {
@@ -145,6 +162,7 @@ fn range_op() -> impl Strategy<Value = RangeOp> {
         3 => (start, 1u64..200).prop_map(|(s, n)| RangeOp::Remove(s, n)),
         1 => (2u32..6).prop_map(RangeOp::Remap),
         1 => (0usize..16_000).prop_map(RangeOp::Reserve),
+        1 => (0usize..16_000).prop_map(RangeOp::ReserveLaid),
     ]
 }
 
@@ -161,6 +179,7 @@ proptest! {
                 Op::Remove(key) => prop_assert!(checked.remove(key)),
                 Op::Remap(every) => checked.remap(every),
                 Op::Reserve(homes) => checked.table.reserve(homes),
+                Op::ReserveLaid(homes) => checked.reserve_laid(homes),
             }
             prop_assert_eq!(checked.table.len(), checked.model.len());
             for key in 0..300u64 {
@@ -197,6 +216,7 @@ proptest! {
                 }
                 RangeOp::Remap(every) => checked.remap(every),
                 RangeOp::Reserve(homes) => checked.table.reserve(homes),
+                RangeOp::ReserveLaid(homes) => checked.reserve_laid(homes),
             }
             prop_assert_eq!(checked.table.len(), checked.model.len());
         }

@@ -813,26 +813,55 @@ fn engine_ids_still_remove_their_blocks_after_a_snapshot() {
     assert_eq!(restored.stats().blocks, 0);
 }
 
+fn foreign_block(id: u64) -> KvEvent {
+    KvEvent::Stored {
+        parent: None,
+        block_ids: vec![EngineBlockId(id)],
+        content: BlockContent::Tokens(tokens(0..4)),
+        tier: Tier::Device,
+        namespace_seed: namespace_seed(""),
+    }
+}
+
+fn removed_block(id: u64) -> KvEvent {
+    KvEvent::Removed {
+        block_ids: vec![EngineBlockId(id)],
+        tier: Tier::Device,
+    }
+}
+
 /// A reservation gives both tables one home per block of capacity, the
 /// name table once an engine names blocks by ids of its own, and is capped
 /// by the index's bound and by `MAX_RESERVED_BLOCKS`: a worker declaring an
 /// absurd capacity costs a fixed amount of memory, not an allocation
-/// failure.
+/// failure. The batch with the first engine id makes the name table small,
+/// and the index's sizing thread brings it to the reserved size: made in
+/// that batch, a table of up to 128 MiB stalled its apply, under the write
+/// lock.
 #[test]
 fn a_reservation_covers_both_tables_and_is_capped() {
     let table_of = |blocks: usize| (blocks.next_power_of_two() + 64) * 8;
     let mut tree = PrefixTree::new(4, None);
     tree.reserve(10_000);
     assert_eq!(tree.table_bytes(), table_of(10_000));
-    let foreign = KvEvent::Stored {
-        parent: None,
-        block_ids: vec![EngineBlockId(100)],
-        content: BlockContent::Tokens(tokens(0..4)),
-        tier: Tier::Device,
-        namespace_seed: namespace_seed(""),
-    };
-    tree.apply(&batch(1, 0, vec![foreign]), true).unwrap();
-    assert_eq!(tree.table_bytes(), 2 * table_of(10_000));
+    tree.apply(&batch(1, 0, vec![foreign_block(100)]), true)
+        .unwrap();
+    assert_eq!(tree.table_bytes(), table_of(10_000) + table_of(16));
+
+    let index = index();
+    index.reserve(10_000);
+    index
+        .apply(&batch(1, 0, vec![foreign_block(100)]), true)
+        .unwrap();
+    index.wait_sized();
+    assert_eq!(index.stats().table_bytes, 2 * table_of(10_000));
+    assert_eq!(
+        index
+            .apply(&batch(1, 1, vec![removed_block(100)]), true)
+            .unwrap()
+            .blocks_removed,
+        1
+    );
 
     let mut bounded = PrefixTree::new(4, Some(1_000));
     bounded.reserve(usize::MAX);
@@ -841,4 +870,19 @@ fn a_reservation_covers_both_tables_and_is_capped() {
     let mut unbounded = PrefixTree::new(4, None);
     unbounded.reserve(usize::MAX);
     assert_eq!(unbounded.table_bytes(), table_of(MAX_RESERVED_BLOCKS));
+}
+
+/// A router asks for a reservation at every registration, on the thread
+/// that handles it: the service's event loop. The ask returns at once, even
+/// with the index locked (here by the test, as a long batch would), and the
+/// sizing thread makes the tables once the lock is free.
+#[test]
+fn a_reservation_in_the_background_does_not_wait_for_the_index() {
+    let index = index();
+    let held = index.tree.write();
+    index.reserve_in_background(1 << 20);
+    index.reserve_in_background(1 << 18);
+    drop(held);
+    index.wait_sized();
+    assert_eq!(index.stats().table_bytes, ((1 << 18) + 64) * 8);
 }

@@ -429,9 +429,14 @@ impl PrefixTree {
     /// at 7/8 full would be up to twice as big as the index needs where
     /// workers share prefixes.
     pub fn reserve(&mut self, capacity_blocks: usize) {
+        self.arena.reserve(self.homes_for(capacity_blocks));
+    }
+
+    /// The homes [`PrefixTree::reserve`] gives each table for workers that
+    /// can hold `capacity_blocks` blocks together.
+    pub fn homes_for(&self, capacity_blocks: usize) -> usize {
         let limit = self.max_nodes.unwrap_or(usize::MAX);
-        self.arena
-            .reserve(capacity_blocks.min(limit).min(MAX_RESERVED_BLOCKS));
+        capacity_blocks.min(limit).min(MAX_RESERVED_BLOCKS)
     }
 
     pub fn num_approximate(&self) -> usize {

@@ -172,10 +172,19 @@ impl PyPrefixIndex {
     /// blocks together (at most `max_blocks` and 2^24): one home per block,
     /// kept until the next call (fewer shrinks them), so that applying their
     /// events does not double a table, one stalling step, until more than
-    /// 7/8 of those blocks are distinct. A router sizes its index for its
-    /// registered workers.
+    /// 7/8 of those blocks are distinct. The tables are made before the
+    /// index is locked and swapped in under the lock, so lookups go on
+    /// meanwhile. A router sizes its index for its registered workers, in
+    /// the background.
     fn reserve(&self, py: Python<'_>, capacity_blocks: usize) {
         py.detach(|| self.0.reserve(capacity_blocks));
+    }
+
+    /// Waits until the index is sized as last asked in the background (a
+    /// router asks at every registration and removal), and an engine's
+    /// name table, made small by its first ids, has its reserved size.
+    fn wait_sized(&self, py: Python<'_>) {
+        py.detach(|| self.0.wait_sized());
     }
 
     /// Applies batch `seq` of `worker_id`'s events. A malformed event raises

@@ -99,8 +99,9 @@ pub struct PyRouter {
     started: Instant,
     limits: Limits,
     directory: RwLock<Directory>,
-    /// Held while the index is sized, so that the last sizing reads the
-    /// last registry; None for a router that leaves its index to grow.
+    /// Held while the index is asked to be sized, so that the last ask
+    /// reads the last registry; None for a router that leaves its index to
+    /// grow.
     sizing: Option<Mutex<()>>,
 }
 
@@ -150,19 +151,21 @@ impl PyRouter {
         Ok((response, routed.request_id))
     }
 
-    /// Sizes the index for what the registered workers can hold together,
-    /// so that it does not double its tables while applying their events
-    /// (src_rust/index/README.md); a smaller fleet shrinks them.
-    fn size_index(&self, py: Python<'_>) {
+    /// Has the index sized for what the registered workers can hold
+    /// together, so that it does not double its tables while applying
+    /// their events (src_rust/index/README.md); a smaller fleet shrinks
+    /// them. The index's sizing thread does it: a registration does not
+    /// wait for tables of up to 128 MiB to be made.
+    fn size_index(&self) {
         let Some(sizing) = &self.sizing else {
             return;
         };
-        let index = &self.index.get().0;
-        py.detach(|| {
-            let _sizing = sizing.lock();
-            let fleet_blocks = self.router.with_pool(|pool| pool.capacity_blocks());
-            index.reserve(usize::try_from(fleet_blocks).unwrap_or(usize::MAX));
-        });
+        let _sizing = sizing.lock();
+        let fleet_blocks = self.router.with_pool(|pool| pool.capacity_blocks());
+        self.index
+            .get()
+            .0
+            .reserve_in_background(usize::try_from(fleet_blocks).unwrap_or(usize::MAX));
     }
 
     fn worker_call<T>(
@@ -265,7 +268,8 @@ impl PyRouter {
     /// Adds or updates a worker; `address` is what responses name. It is
     /// routed requests for `model` (empty: requests that name none) and for
     /// `model:adapter` for each of `adapters`. The index is sized for all
-    /// registered workers' `capacity_blocks`.
+    /// registered workers' `capacity_blocks`, in the background
+    /// (`PrefixIndex.wait_sized` waits for it).
     #[pyo3(signature = (
         worker_id, role, capacity_blocks, address = String::new(), *, model = String::new(),
         adapters = Vec::new()
@@ -273,7 +277,6 @@ impl PyRouter {
     #[allow(clippy::too_many_arguments)]
     fn upsert_worker(
         &self,
-        py: Python<'_>,
         worker_id: u64,
         role: &str,
         capacity_blocks: u64,
@@ -289,7 +292,7 @@ impl PyRouter {
         self.router.with_pool(|pool| {
             pool.upsert_worker(WorkerId(worker_id), parsed, capacity_blocks, &serves)
         });
-        self.size_index(py);
+        self.size_index();
         self.directory
             .write()
             .set(WorkerId(worker_id), role.to_owned(), address);
@@ -297,10 +300,10 @@ impl PyRouter {
     }
 
     /// Forgets the worker; returns the ids of the requests booked on it.
-    fn remove_worker(&self, py: Python<'_>, worker_id: u64) -> PyResult<Vec<String>> {
+    fn remove_worker(&self, worker_id: u64) -> PyResult<Vec<String>> {
         self.directory.write().remove(WorkerId(worker_id));
         let released = self.worker_call(|pool| pool.remove_worker(WorkerId(worker_id)))?;
-        self.size_index(py);
+        self.size_index();
         Ok(released)
     }
 

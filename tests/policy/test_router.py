@@ -179,18 +179,21 @@ def test_the_index_is_sized_for_the_registered_workers_capacity():
     r = Router(index)
     for worker in range(4):
         r.upsert_worker(worker, "both", 16_384)
+    index.wait_sized()
     table = (65_536 + 64) * 8
     assert index.stats()["table_bytes"] == table
     for worker in range(4):
         for batch in range(2):
             ids = [(worker * 2 + batch) * 7_000 + i + 1 for i in range(7_000)]
             index.apply(worker, batch, [Stored(ids, local_hashes=ids)])
+            index.wait_sized()
             assert index.stats()["table_bytes"] == 2 * table
     assert index.stats()["blocks"] == 56_000
 
     for worker in (1, 2, 3):
         r.remove_worker(worker)
         index.remove_worker(worker)
+    index.wait_sized()
     assert index.stats()["blocks"] == 14_000
     assert index.stats()["table_bytes"] == 2 * (16_384 + 64) * 8
     index.remove_worker(0)
@@ -198,8 +201,10 @@ def test_the_index_is_sized_for_the_registered_workers_capacity():
 
     bounded = PrefixIndex(BS, 1_000)
     Router(bounded).upsert_worker(0, "both", 2**62)
+    bounded.wait_sized()
     assert bounded.stats()["table_bytes"] < 64 * 1024
 
     grown = PrefixIndex(BS)
     Router(grown, size_index=False).upsert_worker(0, "both", 16_384)
+    grown.wait_sized()
     assert grown.stats()["table_bytes"] == 0

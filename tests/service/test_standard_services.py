@@ -39,6 +39,7 @@ def test_reflection_lists_and_describes_the_services(router):
 def test_metrics_endpoint_scrapes(router):
     router.worker(1, capacity_blocks=120_000)
     router.client().route(prompt(seed=1, blocks=4))
+    router.server.index.wait_sized()
     text = scrape(router)
     for name in (
         'kvrouter_decisions_total{role="decode",worker="1"} 1.0',
