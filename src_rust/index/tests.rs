@@ -886,3 +886,64 @@ fn a_reservation_in_the_background_does_not_wait_for_the_index() {
     index.wait_sized();
     assert_eq!(index.stats().table_bytes, ((1 << 18) + 64) * 8);
 }
+
+/// Reservations asked in the background, of sizes that grow and shrink the
+/// tables, while one thread applies batches (engine ids of their own, so
+/// that the name table is made and brought to size too) and another looks
+/// prompts up: whatever the interleaving, the index ends answering as one
+/// that applied the same batches with no reservation at all.
+#[test]
+fn background_reservations_while_batches_apply_keep_every_answer() {
+    let prompts: Vec<Vec<u32>> = (0..48)
+        .map(|p| tokens(p * 1_000..p * 1_000 + 160))
+        .collect();
+    let named = |p: usize, prompt: &[u32]| KvEvent::Stored {
+        parent: None,
+        block_ids: (0..prompt.len() / BS)
+            .map(|b| EngineBlockId((p * 100 + b) as u64 + 1))
+            .collect(),
+        content: BlockContent::Tokens(prompt.to_vec()),
+        tier: Tier::Device,
+        namespace_seed: namespace_seed(""),
+    };
+    let mut batches = Vec::new();
+    for (p, prompt) in prompts.iter().enumerate() {
+        let worker = (p % 4) as u64;
+        let seq = (p / 4) as u64 * 2;
+        batches.push(batch(worker, seq, vec![named(p, prompt)]));
+        let evicted = (20..40).map(|b| EngineBlockId((p * 100 + b) as u64 + 1));
+        let removal = KvEvent::Removed {
+            block_ids: evicted.collect(),
+            tier: Tier::Device,
+        };
+        batches.push(batch(worker, seq + 1, vec![removal]));
+    }
+    let plain = index();
+    for b in &batches {
+        plain.apply(b, true).unwrap();
+    }
+    let sized = index();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for b in &batches {
+                sized.apply(b, true).unwrap();
+            }
+        });
+        scope.spawn(|| {
+            for (i, prompt) in prompts.iter().cycle().take(400).enumerate() {
+                sized.reserve_in_background([16, 1 << 14, 300, 1 << 12][i % 4]);
+                sized.find_matches(&seqs(prompt), false);
+            }
+        });
+    });
+    sized.wait_sized();
+    for prompt in &prompts {
+        let hashes = seqs(prompt);
+        assert_eq!(
+            sized.find_matches(&hashes, false),
+            plain.find_matches(&hashes, false)
+        );
+    }
+    assert_eq!(sized.stats().blocks, plain.stats().blocks);
+    assert_eq!(sized.stats().table_bytes, 2 * ((1 << 12) + 64) * 8);
+}
