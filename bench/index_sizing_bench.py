@@ -208,6 +208,7 @@ def report(runs: list[dict]) -> str:
         ("register", "find_p99_before_ms", "find p99 before"),
         ("join", "caller_ms", "join: caller held"),
         ("join", "find_max_during_ms", "longest find"),
+        ("join", "find_p99_before_ms", "find p99 before"),
         ("join", "apply_max_during_ms", "longest batch"),
         ("join", "apply_p99_before_ms", "batch p99 before"),
         ("first_ids", "first_batch_ms", "first ids: first batch"),

@@ -112,12 +112,16 @@ pub struct NodeArena {
     reserved_homes: usize,
 }
 
-/// The tables a reservation remakes, by their log2 homes (None: kept).
-pub struct Reservation {
-    homes: usize,
-    sequence: Option<u32>,
-    names: Option<u32>,
+/// Something for each of the arena's two tables, the sequence table and
+/// the name table; None for a table it does not concern.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PerTable<T> {
+    pub sequence: Option<T>,
+    pub names: Option<T>,
 }
+
+/// The tables a reservation remakes, by their log2 homes.
+pub type Reservation = PerTable<u32>;
 
 impl Reservation {
     pub fn remakes_nothing(&self) -> bool {
@@ -125,25 +129,12 @@ impl Reservation {
     }
 
     /// The blank tables it takes; slow for big tables, so made under no lock.
-    pub fn blanks(&self) -> BlankTables {
-        BlankTables {
-            homes: self.homes,
+    pub fn blanks(&self) -> PerTable<BlankTable> {
+        PerTable {
             sequence: self.sequence.map(BlankTable::new_yielding),
             names: self.names.map(BlankTable::new_yielding),
         }
     }
-}
-
-pub struct BlankTables {
-    homes: usize,
-    sequence: Option<BlankTable>,
-    names: Option<BlankTable>,
-}
-
-pub struct LaidTables {
-    homes: usize,
-    sequence: Option<SlotTable>,
-    names: Option<SlotTable>,
 }
 
 /// The hash table's hash of a sequence hash: it is already uniformly random.
@@ -275,7 +266,7 @@ impl NodeArena {
     /// sequence hash).
     #[inline]
     pub fn prefetch_named(&self, block: EngineBlockId) {
-        if self.name_checks.is_empty() {
+        if !self.names_in_use() {
             self.table.prefetch(slot_hash(SeqHash(block.0)));
         } else {
             self.by_name.prefetch(name_hash(block));
@@ -321,59 +312,63 @@ impl NodeArena {
     }
 
     /// Gives the sequence table at least `homes` homes, and the name table
-    /// as many once an engine names blocks by ids of its own (see
-    /// [`SlotTable::reserve`]).
+    /// as many where an engine already names blocks by ids of its own (see
+    /// [`SlotTable::reserve`]). A name table made later starts small
+    /// ([`NodeArena::names_under_reservation`]).
     pub fn reserve(&mut self, homes: usize) {
         self.reserved_homes = homes;
         self.table.reserve(homes);
-        if !self.name_checks.is_empty() {
+        if self.names_in_use() {
             self.by_name.reserve(homes);
         }
+    }
+
+    fn names_in_use(&self) -> bool {
+        !self.name_checks.is_empty()
     }
 
     /// What [`NodeArena::reserve`] of `homes` would remake, by size: the
     /// part of a reservation that can be made ahead, under no lock.
     pub fn reservation(&self, homes: usize) -> Reservation {
-        Reservation {
-            homes,
+        PerTable {
             sequence: self.table.resize_for(homes),
-            names: (!self.name_checks.is_empty())
+            names: self
+                .names_in_use()
                 .then(|| self.by_name.resize_for(homes))
                 .flatten(),
         }
     }
 
-    /// The tables [`NodeArena::reserve`] of `blanks.homes` would make,
-    /// laid into the blanks; lookups of the current ones may go on
-    /// meanwhile. A blank no longer of the right size is dropped.
-    pub fn lay_reserved(&self, blanks: BlankTables) -> LaidTables {
-        let lay = |table: &SlotTable, blank: Option<BlankTable>| {
-            blank.and_then(|blank| table.laid_into(blanks.homes, blank))
-        };
-        LaidTables {
-            homes: blanks.homes,
-            sequence: lay(&self.table, blanks.sequence),
-            names: (!self.name_checks.is_empty())
-                .then(|| lay(&self.by_name, blanks.names))
-                .flatten(),
+    /// The tables [`NodeArena::reserve`] of `homes` would make, laid into
+    /// `blanks`; lookups of the current ones may go on meanwhile. A blank
+    /// no longer of the size the reservation takes is dropped.
+    pub fn lay_reserved(&self, homes: usize, blanks: PerTable<BlankTable>) -> PerTable<SlotTable> {
+        let lay = |table: &SlotTable, blank: BlankTable| table.laid_into(homes, blank);
+        PerTable {
+            sequence: blanks.sequence.and_then(|blank| lay(&self.table, blank)),
+            names: blanks
+                .names
+                .filter(|_| self.names_in_use())
+                .and_then(|blank| lay(&self.by_name, blank)),
         }
     }
 
     /// Puts `laid` in place of the tables it remade and records the
-    /// reservation; remakes nothing. Returns the tables it replaced, for
-    /// the caller to free once it has let go of the index.
-    pub fn install(&mut self, laid: LaidTables) -> Vec<SlotTable> {
-        let mut retired = Vec::new();
-        if let Some(table) = laid.sequence {
-            retired.push(std::mem::replace(&mut self.table, table));
-        }
-        if let Some(table) = laid.names {
-            retired.push(std::mem::replace(&mut self.by_name, table));
-        }
-        self.reserved_homes = laid.homes;
-        self.table.keep_reserved(laid.homes);
-        if !self.name_checks.is_empty() {
-            self.by_name.keep_reserved(laid.homes);
+    /// reservation of `homes`; remakes nothing. Returns the tables it
+    /// replaced, for the caller to free once it has let go of the index.
+    pub fn install(&mut self, homes: usize, laid: PerTable<SlotTable>) -> PerTable<SlotTable> {
+        let retired = PerTable {
+            sequence: laid
+                .sequence
+                .map(|table| std::mem::replace(&mut self.table, table)),
+            names: laid
+                .names
+                .map(|table| std::mem::replace(&mut self.by_name, table)),
+        };
+        self.reserved_homes = homes;
+        self.table.keep_reserved(homes);
+        if self.names_in_use() {
+            self.by_name.keep_reserved(homes);
         }
         retired
     }
@@ -388,13 +383,13 @@ impl NodeArena {
     /// starts small (making a reserved one then would stall that batch's
     /// apply) and is brought to size apart from it.
     pub fn names_under_reservation(&self) -> bool {
-        !self.name_checks.is_empty() && self.by_name.is_under(self.reserved_homes)
+        self.names_in_use() && self.by_name.is_under(self.reserved_homes)
     }
 
     /// Names node `index` `id` unless it has another name or `id` names
     /// another node; returns whether `id` now names it.
     pub fn name(&mut self, index: u32, id: EngineBlockId) -> bool {
-        if self.name_checks.is_empty() {
+        if !self.names_in_use() {
             self.name_checks = vec![0; self.nodes.len()];
         }
         if self.is_named(index) {
@@ -476,7 +471,7 @@ impl NodeArena {
         let node = Node { seq, owners };
         if index as usize == self.nodes.len() {
             self.nodes.push(node);
-            if !self.name_checks.is_empty() {
+            if self.names_in_use() {
                 self.name_checks.push(0);
             }
             if let Some(times) = &mut self.last_access {
@@ -567,7 +562,7 @@ impl NodeArena {
     fn compact(&mut self) -> Renumbering {
         self.reusable.clear();
         let remap = Renumbering::new(self.nodes.iter().map(Node::is_live));
-        if !self.name_checks.is_empty() {
+        if self.names_in_use() {
             let mut live = self.nodes.iter().map(Node::is_live);
             self.name_checks.retain(|_| live.next() == Some(true));
             self.name_checks.shrink_to_fit();
@@ -589,6 +584,11 @@ impl NodeArena {
         self.holes = 0;
         self.table.remap(|i| remap.get(i));
         self.by_name.remap(|i| remap.get(i));
+        if !self.names_in_use() {
+            // No node is left to name: the next engine id starts a small
+            // table, as the first did, rather than one of an old size.
+            self.by_name = SlotTable::default();
+        }
         self.stale_names = 0;
         remap
     }

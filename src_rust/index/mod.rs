@@ -129,10 +129,11 @@ impl PrefixIndex {
     }
 
     fn from_tree(tree: PrefixTree) -> Self {
+        let tree = Arc::new(RwLock::new(tree));
         PrefixIndex {
-            tree: Arc::new(RwLock::new(tree)),
+            sizer: Sizer::new(&tree),
+            tree,
             clock: Clock::Wall(Instant::now()),
-            sizer: Sizer::default(),
         }
     }
 
@@ -163,13 +164,14 @@ impl PrefixIndex {
     /// See [`PrefixTree::reserve`]: the tables are made before the write
     /// lock is taken, and swapped in under it (`sizing.rs`).
     pub fn reserve(&self, capacity_blocks: usize) {
-        sizing::reserve(&self.tree, capacity_blocks);
+        sizing::reserve(&self.tree, Ask::Capacity(capacity_blocks));
     }
 
     /// [`PrefixIndex::reserve`] on the index's sizing thread: returns at
-    /// once, and a later call replaces one not yet begun.
+    /// once, and a later call replaces one not yet begun. With reservations
+    /// made directly too, the last to take effect stands.
     pub fn reserve_in_background(&self, capacity_blocks: usize) {
-        self.sizer.ask(&self.tree, Ask::Capacity(capacity_blocks));
+        self.sizer.ask(Ask::Capacity(capacity_blocks));
     }
 
     /// Waits until every reservation asked of the sizing thread is done.
@@ -177,13 +179,13 @@ impl PrefixIndex {
         self.sizer.wait();
     }
 
-    /// Lets go of the write lock, then has the name table brought to its
-    /// reserved size if an engine's first ids just made it (small).
-    fn release(&self, tree: RwLockWriteGuard<'_, PrefixTree>) {
-        let names_wanted = tree.arena.names_under_reservation();
-        drop(tree);
-        if names_wanted {
-            self.sizer.ask(&self.tree, Ask::Refresh);
+    /// Has the name table brought to its reserved size if an engine's first
+    /// ids just made it (small). Called with the write lock still held: the
+    /// sizing thread starts on it as soon as the lock is let go, or, in a
+    /// sliced batch, between two slices.
+    fn size_names(&self, tree: &PrefixTree) {
+        if tree.arena.names_under_reservation() {
+            self.sizer.ask(Ask::Current);
         }
     }
 
@@ -201,7 +203,7 @@ impl PrefixIndex {
     ) -> Result<ApplyOutcome, IndexError> {
         let mut tree = self.tree.write();
         let outcome = tree.apply(batch, strict);
-        self.release(tree);
+        self.size_names(&tree);
         outcome
     }
 
@@ -213,7 +215,7 @@ impl PrefixIndex {
     ) -> Vec<Result<ApplyOutcome, IndexError>> {
         let mut tree = self.tree.write();
         let outcomes = batches.iter().map(|b| tree.apply(b, strict)).collect();
-        self.release(tree);
+        self.size_names(&tree);
         outcomes
     }
 
@@ -223,7 +225,7 @@ impl PrefixIndex {
     ) -> Result<ApplyOutcome, IndexError> {
         let mut tree = self.tree.write();
         let outcome = tree.resync(batch);
-        self.release(tree);
+        self.size_names(&tree);
         outcome
     }
 
@@ -261,10 +263,10 @@ impl PrefixIndex {
                 Some(part) => outcome.absorb(part),
                 None => break,
             }
+            self.size_names(&tree);
             RwLockWriteGuard::bump(&mut tree);
         }
         tree.finish_apply(target, batch.seq);
-        self.release(tree);
         Ok(outcome)
     }
 

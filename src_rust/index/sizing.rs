@@ -34,43 +34,66 @@ use std::sync::Arc;
 /// size while the last was built, which a few rounds of growth exhaust.
 const ROUNDS: usize = 3;
 
-/// Sizes `tree`'s tables for workers that can hold `capacity_blocks`
-/// blocks together, as [`PrefixTree::reserve`] does, holding the write lock
-/// only to swap the tables (see the module note).
-pub(super) fn reserve(tree: &RwLock<PrefixTree>, capacity_blocks: usize) {
-    let homes = tree.read().homes_for(capacity_blocks);
+/// A reservation to make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ask {
+    /// For workers that can hold this many blocks together.
+    Capacity(usize),
+    /// The last one again: what a name table made since it needs.
+    Current,
+}
+
+impl Ask {
+    /// The homes it gives each table, read under the lock `tree` is seen
+    /// by, so that `Current` is the reservation in force then.
+    fn homes(self, tree: &PrefixTree) -> usize {
+        match self {
+            Ask::Capacity(capacity_blocks) => tree.homes_for(capacity_blocks),
+            Ask::Current => tree.arena.reserved_homes(),
+        }
+    }
+}
+
+/// Makes the reservation `ask` as [`PrefixTree::reserve`] does, holding the
+/// write lock only to swap the tables (see the module note). Reservations
+/// made at once from several threads take effect in the order they swap.
+pub(super) fn reserve(tree: &RwLock<PrefixTree>, ask: Ask) {
     for _ in 0..ROUNDS {
         // The plan's read lock is let go before the blanks are made: a
         // batch waiting for the write lock behind it would hold up every
         // lookup after it.
-        let reservation = tree.read().arena.reservation(homes);
-        let blanks = reservation.blanks();
+        let plan = {
+            let tree = tree.read();
+            tree.arena.reservation(ask.homes(&tree))
+        };
+        let blanks = plan.blanks();
         let reading = tree.upgradable_read();
-        let laid = reading.arena.lay_reserved(blanks);
+        let homes = ask.homes(&reading);
+        let laid = reading.arena.lay_reserved(homes, blanks);
         let mut writing = RwLockUpgradableReadGuard::upgrade(reading);
-        let retired = writing.arena.install(laid);
-        let done = writing.arena.reservation(homes).remakes_nothing();
+        let retired = writing.arena.install(homes, laid);
+        let left = writing.arena.reservation(homes);
+        if left == plan && !left.remakes_nothing() {
+            // The blanks were of the right size, so the entries ran past a
+            // table's end: another round would fail alike.
+            writing.arena.reserve(homes);
+        }
+        let done = left == plan || left.remakes_nothing();
         drop(writing);
         drop(retired);
         if done {
             return;
         }
     }
-    tree.write().reserve(capacity_blocks);
-}
-
-/// What a [`Sizer`] is asked to do.
-pub(super) enum Ask {
-    /// Size the tables for this many blocks of capacity.
-    Capacity(usize),
-    /// Bring the tables to the size of the last reservation.
-    Refresh,
+    let mut writing = tree.write();
+    let homes = ask.homes(&writing);
+    writing.arena.reserve(homes);
 }
 
 /// Runs reservations on a thread of its own, started at the first ask and
 /// ended once the index is dropped.
-#[derive(Default)]
 pub(super) struct Sizer {
+    tree: Arc<RwLock<PrefixTree>>,
     shared: Arc<Shared>,
 }
 
@@ -82,40 +105,56 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    /// The capacity of the latest reservation not yet begun.
-    capacity: Option<usize>,
-    refresh: bool,
+    /// The latest ask not yet begun; a later one replaces it, except that
+    /// `Current` does not replace a `Capacity` (which makes a name table
+    /// reserved too).
+    waiting: Option<Ask>,
     /// Asks made, and how many of them are done.
     asked: u64,
     done: u64,
     started: bool,
+    /// The index is dropped: the thread ends.
     closed: bool,
+    /// The thread could not start, or died: asks are dropped, and the
+    /// tables grow as they fill.
+    failed: bool,
 }
 
 impl Sizer {
-    pub(super) fn ask(&self, tree: &Arc<RwLock<PrefixTree>>, ask: Ask) {
+    pub(super) fn new(tree: &Arc<RwLock<PrefixTree>>) -> Self {
+        Sizer {
+            tree: Arc::clone(tree),
+            shared: Arc::default(),
+        }
+    }
+
+    /// Has `ask` made on the sizing thread. Takes no lock on the tree, so
+    /// it may be called with the tree locked.
+    pub(super) fn ask(&self, ask: Ask) {
         let mut state = self.shared.state.lock();
-        match ask {
-            Ask::Capacity(capacity) => state.capacity = Some(capacity),
-            Ask::Refresh => state.refresh = true,
+        if state.failed {
+            return;
+        }
+        if !(ask == Ask::Current && matches!(state.waiting, Some(Ask::Capacity(_)))) {
+            state.waiting = Some(ask);
         }
         state.asked += 1;
         if !state.started {
-            state.started = true;
-            let (shared, tree) = (Arc::clone(&self.shared), Arc::clone(tree));
-            std::thread::Builder::new()
+            let (shared, tree) = (Arc::clone(&self.shared), Arc::clone(&self.tree));
+            let spawned = std::thread::Builder::new()
                 .name("kvrouter-index-sizing".into())
-                .spawn(move || shared.run(&tree))
-                .expect("the index's sizing thread starts");
+                .spawn(move || shared.run(&tree));
+            state.started = spawned.is_ok();
+            state.failed = spawned.is_err();
         }
         self.shared.changed.notify_all();
     }
 
-    /// Waits until every ask made so far is done.
+    /// Waits until every ask made so far is done (or the thread is gone).
     pub(super) fn wait(&self) {
         let mut state = self.shared.state.lock();
         let target = state.asked;
-        while state.done < target {
+        while state.done < target && !state.failed {
             self.shared.changed.wait(&mut state);
         }
     }
@@ -128,25 +167,34 @@ impl Drop for Sizer {
     }
 }
 
+/// Marks the sizer failed if its thread unwinds, so that no caller waits
+/// for it forever.
+struct FailOnUnwind<'a>(&'a Shared);
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.state.lock().failed = true;
+            self.0.changed.notify_all();
+        }
+    }
+}
+
 impl Shared {
     fn run(&self, tree: &RwLock<PrefixTree>) {
+        let _fail_on_unwind = FailOnUnwind(self);
         loop {
-            let (capacity, ticket) = {
+            let (ask, ticket) = {
                 let mut state = self.state.lock();
-                while state.capacity.is_none() && !state.refresh {
-                    if state.closed {
-                        return;
-                    }
+                while state.waiting.is_none() && !state.closed {
                     self.changed.wait(&mut state);
                 }
-                if state.closed {
-                    return;
+                match state.waiting.take() {
+                    Some(ask) if !state.closed => (ask, state.asked),
+                    _ => return,
                 }
-                state.refresh = false;
-                (state.capacity.take(), state.asked)
             };
-            let capacity = capacity.unwrap_or_else(|| tree.read().arena.reserved_homes());
-            reserve(tree, capacity);
+            reserve(tree, ask);
             self.state.lock().done = ticket;
             self.changed.notify_all();
         }

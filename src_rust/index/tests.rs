@@ -947,3 +947,64 @@ fn background_reservations_while_batches_apply_keep_every_answer() {
     assert_eq!(sized.stats().blocks, plain.stats().blocks);
     assert_eq!(sized.stats().table_bytes, 2 * ((1 << 12) + 64) * 8);
 }
+
+/// An index emptied of its named blocks, then reserved smaller: the next
+/// engine id starts a small name table brought to the new reservation,
+/// not one of the old reservation's size.
+#[test]
+fn a_name_table_made_again_takes_the_reservation_in_force() {
+    let table_of = |blocks: usize| (blocks.next_power_of_two() + 64) * 8;
+    let index = index();
+    index.reserve(10_000);
+    let prompt = tokens(0..4 * 32);
+    let ids: Vec<EngineBlockId> = (1..=32).map(EngineBlockId).collect();
+    let store = |ids: &[EngineBlockId]| KvEvent::Stored {
+        parent: None,
+        block_ids: ids.to_vec(),
+        content: BlockContent::Tokens(prompt[..4 * ids.len()].to_vec()),
+        tier: Tier::Device,
+        namespace_seed: namespace_seed(""),
+    };
+    index.apply(&batch(1, 0, vec![store(&ids)]), true).unwrap();
+    index.wait_sized();
+    assert_eq!(index.stats().table_bytes, 2 * table_of(10_000));
+    let removal = KvEvent::Removed {
+        block_ids: ids.clone(),
+        tier: Tier::Device,
+    };
+    index.apply(&batch(1, 1, vec![removal]), true).unwrap();
+    index.wait_sized();
+    assert_eq!(index.stats().blocks, 0);
+    index.reserve(100);
+    index
+        .apply(&batch(1, 2, vec![store(&ids[..1])]), true)
+        .unwrap();
+    index.wait_sized();
+    assert_eq!(index.stats().table_bytes, 2 * table_of(100));
+}
+
+/// A worker's first batch of engine ids of its own, applied a slice at a
+/// time as the service applies big batches, ends with the name table at
+/// the reserved size.
+#[test]
+fn a_sliced_first_batch_of_engine_ids_gets_the_reserved_name_table() {
+    let index = index();
+    index.reserve(1 << 14);
+    let prompt = tokens(0..4 * 3_000);
+    let event = KvEvent::Stored {
+        parent: None,
+        block_ids: (1..=3_000).map(EngineBlockId).collect(),
+        content: BlockContent::Tokens(prompt.clone()),
+        tier: Tier::Device,
+        namespace_seed: namespace_seed(""),
+    };
+    index
+        .apply_in_slices(&batch(1, 0, vec![event]), false)
+        .unwrap();
+    index.wait_sized();
+    assert_eq!(index.stats().table_bytes, 2 * ((1 << 14) + 64) * 8);
+    assert_eq!(
+        index.find_matches(&seqs(&prompt), false).depth(WorkerId(1)),
+        3_000
+    );
+}

@@ -427,7 +427,8 @@ impl PrefixTree {
     /// any, and [`MAX_RESERVED_BLOCKS`]: the homes are paid for in memory
     /// whether or not the blocks come, and a table sized for every block
     /// at 7/8 full would be up to twice as big as the index needs where
-    /// workers share prefixes.
+    /// workers share prefixes. A name table the first engine id makes
+    /// later starts small; [`super::PrefixIndex`] brings it to this size.
     pub fn reserve(&mut self, capacity_blocks: usize) {
         self.arena.reserve(self.homes_for(capacity_blocks));
     }

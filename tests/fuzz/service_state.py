@@ -45,7 +45,9 @@ class ServiceState:
         return asyncio.run(self.events.ingest(WORKER, request))
 
     def snapshot(self):
-        """What a refused input must leave unchanged."""
+        """What a refused input must leave unchanged, once the index's
+        sizing thread has sized it for the worker (its table bytes)."""
+        self.index.wait_sized()
         return self.index.stats(), self.index.workers(), self.policy.load(WORKER)
 
 

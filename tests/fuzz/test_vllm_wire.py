@@ -84,6 +84,7 @@ tagged = st.lists(events, max_size=5).map(
 
 
 def _index_state(index: PrefixIndex):
+    index.wait_sized()
     return index.stats(), index.workers()
 
 

@@ -21,6 +21,8 @@ def stubs(router):
 
 
 def state(router):
+    """The index as a refused input must leave it, once sized for the workers."""
+    router.server.index.wait_sized()
     return router.on_loop(lambda: (router.server.index.stats(), router.server.index.workers()))
 
 

@@ -107,6 +107,7 @@ def test_unnamed_requests_get_fresh_ids_and_duplicates_are_refused():
 
 def test_refusals_leave_the_book_and_index_alone_and_are_counted():
     router = deployment(PolicyConfig())
+    router.index.wait_sized()
     before = [router.load(w) for w in WORKERS], router.index.stats()
     for payload in (b"\xff", pb.RouteRequest(namespace="m").SerializeToString()):
         with pytest.raises(RouteRefused):
