@@ -8,7 +8,9 @@ and an engine's first ids of its own make the name table. Both write tables of u
 - `join`: one worker of 2^24 blocks joins a fleet whose index holds `--blocks` blocks
   (the tables are remade with every entry);
 - `first ids`: the first batches of an engine naming blocks by ids of its own, into an
-  index reserved for the fleet.
+  index reserved for the fleet;
+- `first ids, one batch`: `--blocks` such blocks in one `apply` call (a library caller's
+  path; the service applies a big batch a slice at a time).
 
 Meanwhile one thread looks a prompt up again and again, and in `join` another applies
 small batches; each call is timed. The table gives how long the registering caller was
@@ -173,6 +175,21 @@ def first_ids(core, seed: int) -> dict:
     }
 
 
+def first_ids_in_one_batch(core, blocks: int, seed: int) -> dict:
+    index = core.PrefixIndex(BLOCK_SIZE)
+    index.reserve(FLEET[0] * FLEET[1])
+    events = list(chains(core, blocks // CHAIN, seed, opaque=True))
+    start = time.perf_counter()
+    index.apply(0, 0, events)
+    applied = time.perf_counter() - start
+    wait_sized(index)
+    return {
+        "apply_ms": ms(applied),
+        "sized_ms": ms(time.perf_counter() - start),
+        "table_mib": index.stats()["table_bytes"] >> 20,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--core", action="append", default=[], metavar="NAME=PATH")
@@ -192,6 +209,9 @@ def main() -> None:
                 "register": register(core),
                 "join": join(core, args.blocks, args.seed + repeat),
                 "first_ids": first_ids(core, args.seed + repeat),
+                "first_ids_one_batch": first_ids_in_one_batch(
+                    core, args.blocks, args.seed + repeat
+                ),
             }
             runs.append(row)
             print(json.dumps(row), flush=True)
@@ -213,6 +233,7 @@ def report(runs: list[dict]) -> str:
         ("join", "apply_p99_before_ms", "batch p99 before"),
         ("first_ids", "first_batch_ms", "first ids: first batch"),
         ("first_ids", "median_batch_ms", "median batch"),
+        ("first_ids_one_batch", "apply_ms", "one batch of them"),
     )
     lines = ["| build | " + " | ".join(c[2] for c in columns) + " |"]
     lines.append("|---|" + "---:|" * len(columns))

@@ -110,6 +110,9 @@ pub struct NodeArena {
     stale_names: usize,
     /// Homes both tables are given up front ([`NodeArena::reserve`]).
     reserved_homes: usize,
+    /// While no engine names blocks: how many blocks the events being
+    /// applied store, which a name table they make is first sized for.
+    names_expected: usize,
 }
 
 /// Something for each of the arena's two tables, the sequence table and
@@ -323,8 +326,14 @@ impl NodeArena {
         }
     }
 
-    fn names_in_use(&self) -> bool {
+    pub fn names_in_use(&self) -> bool {
         !self.name_checks.is_empty()
+    }
+
+    /// The events about to be applied store `blocks` blocks (see
+    /// `names_expected`).
+    pub fn expect_names(&mut self, blocks: usize) {
+        self.names_expected = blocks;
     }
 
     /// What [`NodeArena::reserve`] of `homes` would remake, by size: the
@@ -391,6 +400,12 @@ impl NodeArena {
     pub fn name(&mut self, index: u32, id: EngineBlockId) -> bool {
         if !self.names_in_use() {
             self.name_checks = vec![0; self.nodes.len()];
+            // Room for the blocks of the events making it, up to the
+            // reservation: a big first batch would otherwise double the
+            // table once per power of two. The rest of the reservation is
+            // made apart ([`NodeArena::names_under_reservation`]).
+            let room = self.names_expected.saturating_mul(8) / 7;
+            self.by_name.reserve(room.min(self.reserved_homes));
         }
         if self.is_named(index) {
             // `id` is its name if the bottom halves match and the node's

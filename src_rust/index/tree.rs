@@ -612,6 +612,13 @@ impl PrefixTree {
     fn apply_events<E: Borrow<KvEvent>>(&mut self, slot: u32, events: &[E]) -> ApplyOutcome {
         let tick = self.tick();
         let mut outcome = ApplyOutcome::with_status(SeqStatus::Applied);
+        if !self.arena.names_in_use() {
+            let stored = events.iter().map(|e| match e.borrow() {
+                KvEvent::Stored { block_ids, .. } => block_ids.len(),
+                _ => 0,
+            });
+            self.arena.expect_names(stored.sum());
+        }
         for event in events.iter().map(Borrow::borrow) {
             match event {
                 KvEvent::Stored {
