@@ -307,7 +307,7 @@ impl SlotTable {
         self.entries.capacity() * std::mem::size_of::<Entry>()
     }
 
-    fn live_entries(&self) -> impl Iterator<Item = Entry> + Clone + '_ {
+    fn live_entries(&self) -> impl Iterator<Item = Entry> + '_ {
         self.entries.iter().copied().filter(|e| e.slot != EMPTY)
     }
 
