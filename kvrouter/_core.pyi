@@ -256,8 +256,8 @@ class PrefixIndex:
         meanwhile. A router sizes its index for its registered workers, in the background."""
     def wait_sized(self) -> None:
         """Waits until the index is sized as last asked in the background (a router asks
-        at every registration and removal), and an engine's name table, made small by
-        its first ids, has its reserved size."""
+        at every registration and removal), and an engine's name table, made for the
+        batch of its first ids, has its reserved size."""
     def stats(self) -> dict[str, int]:
         """{"blocks", "workers", "approximate", "pruned_total", "table_bytes"}"""
     def workers(self) -> dict[int, tuple[int, int]]:

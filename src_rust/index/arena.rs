@@ -316,8 +316,8 @@ impl NodeArena {
 
     /// Gives the sequence table at least `homes` homes, and the name table
     /// as many where an engine already names blocks by ids of its own (see
-    /// [`SlotTable::reserve`]). A name table made later starts small
-    /// ([`NodeArena::names_under_reservation`]).
+    /// [`SlotTable::reserve`]). A name table made later is made for the
+    /// batch making it ([`NodeArena::names_under_reservation`]).
     pub fn reserve(&mut self, homes: usize) {
         self.reserved_homes = homes;
         self.table.reserve(homes);
@@ -389,7 +389,7 @@ impl NodeArena {
 
     /// Whether engines name blocks and the name table is smaller than the
     /// last reservation gives it: the table made with the first engine id
-    /// starts small (making a reserved one then would stall that batch's
+    /// is made for that batch (making a reserved one then would stall its
     /// apply) and is brought to size apart from it.
     pub fn names_under_reservation(&self) -> bool {
         self.names_in_use() && self.by_name.is_under(self.reserved_homes)

@@ -343,21 +343,25 @@ pub struct BlankTable {
 
 impl BlankTable {
     pub fn new(bits: u32) -> Self {
-        let entries = vec![FREE; (1usize << bits) + TAIL];
-        advise_huge_pages(&entries);
-        BlankTable { bits, entries }
+        Self::written(bits, false)
     }
 
     /// The same, written a step at a time with the CPU yielded between:
     /// for a thread that holds no lock while it writes and shares a small
     /// machine with the threads serving lookups.
     pub fn new_yielding(bits: u32) -> Self {
+        Self::written(bits, true)
+    }
+
+    fn written(bits: u32, yielding: bool) -> Self {
         let len = (1usize << bits) + TAIL;
         let mut entries = Vec::with_capacity(len);
         while entries.len() < len {
-            let step = YIELD_EVERY.min(len - entries.len());
-            entries.extend(std::iter::repeat_n(FREE, step));
-            std::thread::yield_now();
+            let step = if yielding { YIELD_EVERY } else { len };
+            entries.extend(std::iter::repeat_n(FREE, step.min(len - entries.len())));
+            if yielding {
+                std::thread::yield_now();
+            }
         }
         advise_huge_pages(&entries);
         BlankTable { bits, entries }

@@ -428,7 +428,7 @@ impl PrefixTree {
     /// whether or not the blocks come, and a table sized for every block
     /// at 7/8 full would be up to twice as big as the index needs where
     /// workers share prefixes. A name table the first engine id makes
-    /// later starts small; [`super::PrefixIndex`] brings it to this size.
+    /// later is made for its batch; [`super::PrefixIndex`] brings it to this size.
     pub fn reserve(&mut self, capacity_blocks: usize) {
         self.arena.reserve(self.homes_for(capacity_blocks));
     }

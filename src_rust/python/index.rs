@@ -182,7 +182,8 @@ impl PyPrefixIndex {
 
     /// Waits until the index is sized as last asked in the background (a
     /// router asks at every registration and removal), and an engine's
-    /// name table, made small by its first ids, has its reserved size.
+    /// name table, made for the batch of its first ids, has its reserved
+    /// size.
     fn wait_sized(&self, py: Python<'_>) {
         py.detach(|| self.0.wait_sized());
     }
