@@ -110,8 +110,9 @@ pub struct NodeArena {
     stale_names: usize,
     /// Homes both tables are given up front ([`NodeArena::reserve`]).
     reserved_homes: usize,
-    /// While no engine names blocks: how many blocks the events being
-    /// applied store, which a name table they make is first sized for.
+    /// While no engine names blocks: how many blocks the batch being
+    /// applied stores, in all its slices, which a name table it makes is
+    /// first sized for.
     names_expected: usize,
 }
 

@@ -1008,3 +1008,31 @@ fn a_sliced_first_batch_of_engine_ids_gets_the_reserved_name_table() {
         3_000
     );
 }
+
+/// A first batch of engine ids, applied in slices, makes its name table
+/// with room for every slice's blocks: sized for its first slice alone, it
+/// doubled once per power of two under the lock, between the slices.
+#[test]
+fn a_first_batch_of_engine_ids_makes_its_name_table_for_all_its_slices() {
+    let mut tree = PrefixTree::new(BS, None);
+    tree.reserve(1 << 14);
+    let events = (0..30u32)
+        .map(|e| KvEvent::Stored {
+            parent: None,
+            block_ids: (0..100)
+                .map(|b| EngineBlockId(1 + u64::from(e * 100 + b)))
+                .collect(),
+            content: BlockContent::Tokens(tokens(e * 400..(e + 1) * 400)),
+            tier: Tier::Device,
+            namespace_seed: namespace_seed(""),
+        })
+        .collect();
+    let batch = batch(1, 0, events);
+    let Started::Apply(target) = tree.start_apply(&batch, false).unwrap() else {
+        panic!("the worker's first batch is applied");
+    };
+    let unnamed = tree.table_bytes();
+    tree.apply_slice(target, &batch.events[..1]).unwrap();
+    // 3,000 blocks at most 7/8 full: 4,096 homes and the run's overflow.
+    assert_eq!(tree.table_bytes() - unnamed, (4_096 + 64) * 8);
+}

@@ -230,6 +230,7 @@ impl PrefixTree {
         if strict {
             self.validate_known(batch.worker, existing, &batch.events)?;
         }
+        self.expect_names(&batch.events);
         Ok(Started::Apply(self.target(batch.worker)?))
     }
 
@@ -242,7 +243,21 @@ impl PrefixTree {
         self.validate_shape(&batch.events)?;
         let target = self.target(batch.worker)?;
         self.clear_worker(target.slot);
+        self.expect_names(&batch.events);
         Ok(target)
+    }
+
+    /// Tells the arena how many blocks a started batch stores, all of its
+    /// slices together: a name table the batch makes is sized for them.
+    fn expect_names<E: Borrow<KvEvent>>(&mut self, events: &[E]) {
+        if self.arena.names_in_use() {
+            return;
+        }
+        let stored = events.iter().map(|e| match e.borrow() {
+            KvEvent::Stored { block_ids, .. } => block_ids.len(),
+            _ => 0,
+        });
+        self.arena.expect_names(stored.sum());
     }
 
     fn target(&mut self, worker: WorkerId) -> Result<ApplyTarget, IndexError> {
@@ -612,13 +627,6 @@ impl PrefixTree {
     fn apply_events<E: Borrow<KvEvent>>(&mut self, slot: u32, events: &[E]) -> ApplyOutcome {
         let tick = self.tick();
         let mut outcome = ApplyOutcome::with_status(SeqStatus::Applied);
-        if !self.arena.names_in_use() {
-            let stored = events.iter().map(|e| match e.borrow() {
-                KvEvent::Stored { block_ids, .. } => block_ids.len(),
-                _ => 0,
-            });
-            self.arena.expect_names(stored.sum());
-        }
         for event in events.iter().map(Borrow::borrow) {
             match event {
                 KvEvent::Stored {
