@@ -1036,3 +1036,52 @@ fn a_first_batch_of_engine_ids_makes_its_name_table_for_all_its_slices() {
     // 3,000 blocks at most 7/8 full: 4,096 homes and the run's overflow.
     assert_eq!(tree.table_bytes() - unnamed, (4_096 + 64) * 8);
 }
+
+/// A dump let in between the slices of a batch from the worker's stream
+/// before it (a worker that reconnected while its big batch was applied)
+/// ends that batch: its later slices are not applied over the dump, and
+/// the stream goes on after the dump's number, not the old batch's.
+#[test]
+fn a_resync_between_slices_ends_the_batch_it_replaces() {
+    let mut tree = PrefixTree::new(BS, None);
+    let (first, second, dumped) = (tokens(0..16), tokens(100..116), tokens(200..216));
+    let old = batch(1, 0, vec![stored_as(&first, 10), stored_as(&second, 20)]);
+    let Started::Apply(target) = tree.start_apply(&old, false).unwrap() else {
+        panic!("the worker's first batch is applied");
+    };
+    tree.apply_slice(target, &old.events[..1]).unwrap();
+    tree.resync(&batch(1, 7, vec![stored_as(&dumped, 30)]))
+        .unwrap();
+    assert!(tree.apply_slice(target, &old.events[1..]).is_none());
+    tree.finish_apply(target, old.seq);
+    assert_eq!(
+        tree.find_matches(&seqs(&second), false).depth(WorkerId(1)),
+        0
+    );
+    let next = tree
+        .apply(&batch(1, 8, vec![removed_ids(30, 4)]), false)
+        .unwrap();
+    assert_eq!(next.status, SeqStatus::Applied);
+    assert_eq!(next.blocks_removed, 4);
+}
+
+/// The count that sizes a first name table is the batch's own, also when
+/// names another worker's batch made went away between its slices.
+#[test]
+fn a_name_table_made_after_names_went_away_is_made_for_its_own_batch() {
+    let mut tree = PrefixTree::new(BS, None);
+    tree.reserve(1 << 14);
+    let other = batch(2, 0, vec![stored_as(&tokens(900_000..900_080), 5_000_000)]);
+    tree.apply(&other, false).unwrap();
+    let events = (0..30u32)
+        .map(|e| stored_as(&tokens(e * 400..(e + 1) * 400), 1 + u64::from(e) * 100))
+        .collect();
+    let batch = batch(1, 0, events);
+    let Started::Apply(target) = tree.start_apply(&batch, false).unwrap() else {
+        panic!("the worker's first batch is applied");
+    };
+    tree.remove_worker(WorkerId(2)).unwrap();
+    let unnamed = tree.table_bytes();
+    tree.apply_slice(target, &batch.events[..1]).unwrap();
+    assert_eq!(tree.table_bytes() - unnamed, (4_096 + 64) * 8);
+}

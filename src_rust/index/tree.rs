@@ -48,6 +48,20 @@ pub struct PrefixTree {
 pub struct ApplyTarget {
     slot: u32,
     incarnation: u64,
+    /// The blocks the whole batch stores, which a name table made by any
+    /// of its slices is first sized for.
+    stored_blocks: usize,
+}
+
+/// The blocks `events` store.
+fn stored_blocks<E: Borrow<KvEvent>>(events: &[E]) -> usize {
+    events
+        .iter()
+        .map(|e| match e.borrow() {
+            KvEvent::Stored { block_ids, .. } => block_ids.len(),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// What [`PrefixTree::start_apply`] found.
@@ -200,7 +214,7 @@ impl PrefixTree {
         target: ApplyTarget,
         batch: &EventBatch<E>,
     ) -> ApplyOutcome {
-        let outcome = self.apply_events(target.slot, &batch.events);
+        let outcome = self.apply_events(target, &batch.events);
         self.finish_apply(target, batch.seq);
         outcome
     }
@@ -230,8 +244,12 @@ impl PrefixTree {
         if strict {
             self.validate_known(batch.worker, existing, &batch.events)?;
         }
-        self.expect_names(&batch.events);
-        Ok(Started::Apply(self.target(batch.worker)?))
+        let slot = self.workers.get_or_insert(batch.worker)?;
+        Ok(Started::Apply(ApplyTarget {
+            slot,
+            incarnation: self.workers.state(slot).incarnation,
+            stored_blocks: stored_blocks(&batch.events),
+        }))
     }
 
     /// The first half of [`PrefixTree::resync`]: checks the dump's shape and
@@ -241,35 +259,20 @@ impl PrefixTree {
         batch: &EventBatch<E>,
     ) -> Result<ApplyTarget, IndexError> {
         self.validate_shape(&batch.events)?;
-        let target = self.target(batch.worker)?;
-        self.clear_worker(target.slot);
-        self.expect_names(&batch.events);
-        Ok(target)
-    }
-
-    /// Tells the arena how many blocks a started batch stores, all of its
-    /// slices together: a name table the batch makes is sized for them.
-    fn expect_names<E: Borrow<KvEvent>>(&mut self, events: &[E]) {
-        if self.arena.names_in_use() {
-            return;
-        }
-        let stored = events.iter().map(|e| match e.borrow() {
-            KvEvent::Stored { block_ids, .. } => block_ids.len(),
-            _ => 0,
-        });
-        self.arena.expect_names(stored.sum());
-    }
-
-    fn target(&mut self, worker: WorkerId) -> Result<ApplyTarget, IndexError> {
-        let slot = self.workers.get_or_insert(worker)?;
+        let slot = self.workers.get_or_insert(batch.worker)?;
+        self.clear_worker(slot);
+        // A batch of the worker's still being applied in slices, from its
+        // stream before the dump, gets no more of its events and does not
+        // set the stream's position.
         Ok(ApplyTarget {
             slot,
-            incarnation: self.workers.state(slot).incarnation,
+            incarnation: self.workers.renew(slot),
+            stored_blocks: stored_blocks(&batch.events),
         })
     }
 
     /// Applies some of a started batch's events; None, and nothing applied,
-    /// once the worker was removed since the batch started.
+    /// once the worker was removed or resynced since the batch started.
     pub fn apply_slice<E: Borrow<KvEvent>>(
         &mut self,
         target: ApplyTarget,
@@ -278,7 +281,7 @@ impl PrefixTree {
         self.workers
             .incarnation(target.slot, target.incarnation)
             .is_some()
-            .then(|| self.apply_events(target.slot, events))
+            .then(|| self.apply_events(target, events))
     }
 
     /// Records the started batch as applied, and keeps the index in bounds.
@@ -624,7 +627,15 @@ impl PrefixTree {
         }
     }
 
-    fn apply_events<E: Borrow<KvEvent>>(&mut self, slot: u32, events: &[E]) -> ApplyOutcome {
+    fn apply_events<E: Borrow<KvEvent>>(
+        &mut self,
+        target: ApplyTarget,
+        events: &[E],
+    ) -> ApplyOutcome {
+        let slot = target.slot;
+        if !self.arena.names_in_use() {
+            self.arena.expect_names(target.stored_blocks);
+        }
         let tick = self.tick();
         let mut outcome = ApplyOutcome::with_status(SeqStatus::Applied);
         for event in events.iter().map(Borrow::borrow) {

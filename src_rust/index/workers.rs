@@ -123,8 +123,9 @@ pub struct WorkerState {
     pub engine_ids: OwnNames,
     /// Confirmed blocks held (approximate entries not counted).
     pub blocks: usize,
-    /// Which of the table's insertions made this state: a worker removed and
-    /// added again is a new incarnation in a slot that may be the same.
+    /// Which of the table's incarnations this state is: a worker removed
+    /// and added again, or resynced, is a new one, in a slot that may be
+    /// the same.
     pub incarnation: u64,
 }
 
@@ -150,7 +151,7 @@ pub struct WorkerTable {
     slots: Vec<Option<WorkerState>>,
     by_id: FxHashMap<WorkerId, u32>,
     free: Vec<u32>,
-    insertions: u64,
+    incarnations: u64,
 }
 
 impl WorkerTable {
@@ -162,7 +163,7 @@ impl WorkerTable {
         if let Some(slot) = self.slot_of(id) {
             return Ok(slot);
         }
-        let state = WorkerState::new(id, self.insertions);
+        let state = WorkerState::new(id, self.incarnations);
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.slots[slot as usize] = Some(state);
@@ -174,9 +175,20 @@ impl WorkerTable {
             }
             None => return Err(IndexError::TooManyWorkers(MAX_SLOTS)),
         };
-        self.insertions += 1;
+        self.incarnations += 1;
         self.by_id.insert(id, slot);
         Ok(slot)
+    }
+
+    /// Makes the worker in `slot` a new incarnation, keeping its state.
+    pub fn renew(&mut self, slot: u32) -> u64 {
+        let incarnation = self.incarnations;
+        self.incarnations += 1;
+        self.slots[slot as usize]
+            .as_mut()
+            .expect("a live worker slot")
+            .incarnation = incarnation;
+        incarnation
     }
 
     /// Forgets a worker; the caller must already have dropped its holdings.
