@@ -23,10 +23,12 @@ for `ack_timeout_s` is closed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -104,6 +106,14 @@ class _Stream:
         return self._pending.popleft()
 
 
+@dataclass
+class _Turns:
+    """A worker's batches waiting for, or holding, their turn to be applied."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    holders: int = 0
+
+
 class EventIngest:
     def __init__(
         self,
@@ -130,6 +140,8 @@ class EventIngest:
         self._streams: dict[int, _Stream] = {}
         # Workers whose index entries await a resync: the batch number expected.
         self._awaiting: dict[int, int] = {}
+        # Workers with a batch being applied: the turns of their batches.
+        self._applying: dict[int, _Turns] = {}
         # Workers with index entries and no stream: since when (monotonic).
         self._streamless_since: dict[int, float] = {}
         # Those of them stale for it.
@@ -275,6 +287,23 @@ class EventIngest:
             raise ServiceError(grpc.StatusCode.UNAVAILABLE, "the router is shutting down") from None
         return await future
 
+    @contextlib.asynccontextmanager
+    async def _turn(self, worker_id: int):
+        """Holds the worker's turn to apply a batch. A reconnected worker's
+        new stream may bring a batch while one from its old stream is still
+        being applied a slice at a time on the events thread; applied inline
+        meanwhile, the two would interleave. So a worker's batches are
+        applied one at a time, in the order they reach this point."""
+        turns = self._applying.setdefault(worker_id, _Turns())
+        turns.holders += 1
+        try:
+            async with turns.lock:
+                yield
+        finally:
+            turns.holders -= 1
+            if turns.holders == 0:
+                del self._applying[worker_id]
+
     def _open(self, hello: PublishHello | DecodedBatch) -> _Stream:
         if not isinstance(hello, PublishHello):
             raise invalid("the first message of a Publish stream must be a hello")
@@ -352,7 +381,8 @@ class EventIngest:
             self.metrics.event_batches.labels(outcome="dropped").inc()
             return None
         try:
-            result = await self._offload(len(data), self.index.apply_decoded, worker_id, batch)
+            async with self._turn(worker_id):
+                result = await self._offload(len(data), self.index.apply_decoded, worker_id, batch)
         except (ValueError, KeyError, OverflowError) as e:
             raise invalid(f"batch {batch.seq}: {e}") from None
         outcome = "resync" if batch.resync else result.status

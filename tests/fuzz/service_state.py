@@ -40,15 +40,20 @@ class ServiceState:
     def ingest(self, batch: pb.EventBatch | bytes):
         """Applies one batch, given as the message or as its serialized body,
         as a Publish stream would."""
-        body = batch.SerializeToString() if isinstance(batch, pb.EventBatch) else batch
-        request = b"\x12" + _varint(len(body)) + body  # PublishRequest field 2: the batch
-        return asyncio.run(self.events.ingest(WORKER, request))
+        return asyncio.run(self.events.ingest(WORKER, publish_request(batch)))
 
     def snapshot(self):
         """What a refused input must leave unchanged, once the index's
         sizing thread has sized it for the worker (its table bytes)."""
         self.index.wait_sized()
         return self.index.stats(), self.index.workers(), self.policy.load(WORKER)
+
+
+def publish_request(batch: pb.EventBatch | bytes) -> bytes:
+    """The serialized PublishRequest of a batch, given as the message or as
+    its serialized body."""
+    body = batch.SerializeToString() if isinstance(batch, pb.EventBatch) else batch
+    return b"\x12" + _varint(len(body)) + body  # PublishRequest field 2: the batch
 
 
 def _varint(value: int) -> bytes:

@@ -3,12 +3,14 @@ and the publisher's replay and full-dump answers."""
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
-from fuzz.service_state import ServiceState
+from fuzz.service_state import WORKER, ServiceState, publish_request
 from waiting import wait_until
 
 from kvrouter.client import KvEventPublisher
@@ -206,3 +208,55 @@ def test_a_big_batch_during_shutdown_is_unavailable():
     with pytest.raises(ServiceError) as refused:
         state.ingest(pb.EventBatch(seq=0, events=events))
     assert refused.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+class GatedThread(ThreadPoolExecutor):
+    """The events thread, running each call it is given only once the test
+    opens the gate for it."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.gate = threading.Semaphore(0)
+        self.calls = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.calls += 1
+
+        def gated():
+            self.gate.acquire()
+            return fn(*args, **kwargs)
+
+        return super().submit(gated)
+
+
+def test_a_new_streams_batch_waits_for_the_batch_on_the_events_thread():
+    """A reconnected worker's small batch, applied on the event loop, does not
+    cut in before (or into) its big batch from the old stream, still on the
+    events thread: the worker's batches are applied in the order they came."""
+    state = ServiceState()
+    state.events._thread.shutdown()
+    thread = state.events._thread = GatedThread()
+    big = pb.EventBatch(
+        seq=0,
+        events=[
+            pb.KvEvent(stored=pb.StoredEvent(block_ids=[i + 1], token_ids=range(4 * i, 4 * i + 4)))
+            for i in range(8_000)
+        ],
+    )
+    small = pb.EventBatch(seq=1, events=[pb.KvEvent(removed=pb.RemovedEvent(block_ids=[1]))])
+
+    async def both():
+        first = asyncio.create_task(state.events.ingest(WORKER, publish_request(big)))
+        thread.gate.release()  # its decoding
+        while thread.calls < 2:  # until its apply waits at the gate
+            await asyncio.sleep(0.001)
+        second = asyncio.create_task(state.events.ingest(WORKER, publish_request(small)))
+        await asyncio.sleep(0)
+        thread.gate.release()
+        return await first, await second
+
+    first, second = asyncio.run(both())
+    thread.shutdown()
+    assert first.ack.next_seq == 1
+    assert second.ack.next_seq == 2
+    assert state.index.workers()[WORKER][0] == 7_999
