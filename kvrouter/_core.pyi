@@ -239,7 +239,9 @@ class PrefixIndex:
     def resync(self, worker_id: int, seq: int, events: Iterable[Event]) -> ApplyOutcome: ...
     def apply_decoded(self, worker_id: int, batch: DecodedBatch) -> ApplyOutcome:
         """Applies (or, for a resync dump, replaces with) a decoded batch, a
-        slice of the index at a time."""
+        slice of the index at a time. Apply one worker's batches one at a
+        time: if the worker is removed or resynced meanwhile, the rest of the
+        batch is dropped and the outcome counts the part applied."""
     def remove_worker(self, worker_id: int) -> int:
         """Drop a worker; returns its block count. KeyError if unknown."""
     def find_matches(self, seq_hashes: Hashes, *, early_exit: bool = False) -> OverlapScores: ...

@@ -278,14 +278,21 @@ class EventIngest:
     async def _offload(self, size: int, call, *args):
         """`call(*args)`, on the events thread when the message is big: the
         core releases the GIL, so the loop goes on serving meanwhile.
-        UNAVAILABLE once the router is shutting down (the thread is gone)."""
+        UNAVAILABLE once the router is shutting down (the thread is gone).
+        Cancelled (its stream ended), it returns once the call is over, not
+        before: the call goes on on the thread, and what the caller holds
+        meanwhile (the worker's turn) it must hold until then."""
         if size <= INLINE_BYTES:
             return call(*args)
         try:
             future = asyncio.get_running_loop().run_in_executor(self._thread, call, *args)
         except RuntimeError:
             raise ServiceError(grpc.StatusCode.UNAVAILABLE, "the router is shutting down") from None
-        return await future
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            await asyncio.wait([future])
+            raise
 
     @contextlib.asynccontextmanager
     async def _turn(self, worker_id: int):
@@ -372,19 +379,21 @@ class EventIngest:
         batch = await self._decode(data)
         if not isinstance(batch, DecodedBatch):
             raise invalid("only event batches may follow the hello")
-        self._check_registered(worker_id)
         if batch.seq == LAST_SEQ:
             # Its acknowledgement, seq + 1, would not fit the u64 field.
             raise invalid(f"batch {batch.seq}: batch numbers end at {LAST_SEQ - 1}")
-        awaited = self._awaiting.get(worker_id)
-        if not batch.resync and awaited is not None and batch.seq != awaited:
-            self.metrics.event_batches.labels(outcome="dropped").inc()
-            return None
-        try:
-            async with self._turn(worker_id):
+        async with self._turn(worker_id):
+            # Checked in its turn: the worker may have left, or a resync been
+            # asked for, while it waited.
+            self._check_registered(worker_id)
+            awaited = self._awaiting.get(worker_id)
+            if not batch.resync and awaited is not None and batch.seq != awaited:
+                self.metrics.event_batches.labels(outcome="dropped").inc()
+                return None
+            try:
                 result = await self._offload(len(data), self.index.apply_decoded, worker_id, batch)
-        except (ValueError, KeyError, OverflowError) as e:
-            raise invalid(f"batch {batch.seq}: {e}") from None
+            except (ValueError, KeyError, OverflowError) as e:
+                raise invalid(f"batch {batch.seq}: {e}") from None
         outcome = "resync" if batch.resync else result.status
         self.metrics.event_batches.labels(outcome=outcome).inc()
         if outcome == "gap":

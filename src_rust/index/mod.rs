@@ -233,9 +233,10 @@ impl PrefixIndex {
     /// do, but lets waiting lookups and writers in between slices of about
     /// [`SLICE_WORK`] blocks, so that no batch holds the index for long. A
     /// lookup meanwhile may see part of the batch; a worker removed or
-    /// resynced meanwhile gets no more of it. Another batch of the same
-    /// worker's let in between is numbered against the batches finished
-    /// before this one: a worker's stream is applied one batch at a time.
+    /// resynced meanwhile gets no more of it, and the outcome counts the
+    /// part applied. Another batch of the same worker's let in between is
+    /// numbered against the batches finished before this one: a worker's
+    /// stream is applied one batch at a time.
     pub fn apply_in_slices<E: Borrow<KvEvent>>(
         &self,
         batch: &EventBatch<E>,

@@ -229,34 +229,45 @@ class GatedThread(ThreadPoolExecutor):
         return super().submit(gated)
 
 
-def test_a_new_streams_batch_waits_for_the_batch_on_the_events_thread():
+BIG = pb.EventBatch(
+    seq=0,
+    events=[
+        pb.KvEvent(stored=pb.StoredEvent(block_ids=[i + 1], token_ids=range(4 * i, 4 * i + 4)))
+        for i in range(8_000)
+    ],
+)
+SMALL = pb.EventBatch(seq=1, events=[pb.KvEvent(removed=pb.RemovedEvent(block_ids=[1]))])
+
+
+@pytest.mark.parametrize("old_stream_ends", [False, True], ids=["open", "ended"])
+def test_a_new_streams_batch_waits_for_the_batch_on_the_events_thread(old_stream_ends):
     """A reconnected worker's small batch, applied on the event loop, does not
     cut in before (or into) its big batch from the old stream, still on the
-    events thread: the worker's batches are applied in the order they came."""
+    events thread, also once the old stream's reader is cancelled (as a
+    stream replaced by a newer one is): the worker's batches are applied in
+    the order they came."""
     state = ServiceState()
     state.events._thread.shutdown()
     thread = state.events._thread = GatedThread()
-    big = pb.EventBatch(
-        seq=0,
-        events=[
-            pb.KvEvent(stored=pb.StoredEvent(block_ids=[i + 1], token_ids=range(4 * i, 4 * i + 4)))
-            for i in range(8_000)
-        ],
-    )
-    small = pb.EventBatch(seq=1, events=[pb.KvEvent(removed=pb.RemovedEvent(block_ids=[1]))])
 
     async def both():
-        first = asyncio.create_task(state.events.ingest(WORKER, publish_request(big)))
+        first = asyncio.create_task(state.events.ingest(WORKER, publish_request(BIG)))
         thread.gate.release()  # its decoding
         while thread.calls < 2:  # until its apply waits at the gate
             await asyncio.sleep(0.001)
-        second = asyncio.create_task(state.events.ingest(WORKER, publish_request(small)))
+        if old_stream_ends:
+            first.cancel()
+            await asyncio.sleep(0)
+        second = asyncio.create_task(state.events.ingest(WORKER, publish_request(SMALL)))
         await asyncio.sleep(0)
         thread.gate.release()
-        return await first, await second
+        return await asyncio.gather(first, second, return_exceptions=True)
 
     first, second = asyncio.run(both())
     thread.shutdown()
-    assert first.ack.next_seq == 1
+    if old_stream_ends:
+        assert isinstance(first, asyncio.CancelledError)
+    else:
+        assert first.ack.next_seq == 1
     assert second.ack.next_seq == 2
     assert state.index.workers()[WORKER][0] == 7_999
