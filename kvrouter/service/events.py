@@ -279,9 +279,9 @@ class EventIngest:
         """`call(*args)`, on the events thread when the message is big: the
         core releases the GIL, so the loop goes on serving meanwhile.
         UNAVAILABLE once the router is shutting down (the thread is gone).
-        Cancelled (its stream ended), it returns once the call is over, not
-        before: the call goes on on the thread, and what the caller holds
-        meanwhile (the worker's turn) it must hold until then."""
+        Cancelled (its stream ended), it raises only once the call is over:
+        the call goes on on the thread, and what the caller holds meanwhile
+        (the worker's turn) it must hold until then."""
         if size <= INLINE_BYTES:
             return call(*args)
         try:
