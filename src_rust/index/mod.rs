@@ -180,7 +180,7 @@ impl PrefixIndex {
     }
 
     /// Has the name table brought to its reserved size if an engine's first
-    /// ids just made it (small). Called with the write lock still held: the
+    /// ids just made it (for their batch alone). Called with the write lock still held: the
     /// sizing thread starts on it as soon as the lock is let go, or, in a
     /// sliced batch, between two slices.
     fn size_names(&self, tree: &PrefixTree) {

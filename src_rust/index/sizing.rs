@@ -21,8 +21,8 @@
 //!
 //! [`Sizer`] runs reservations on a thread of its own, so that a router
 //! sizing its index at a registration returns at once. The name table,
-//! which the first engine id makes small rather than stall that batch, is
-//! brought to its reserved size there too. Asks coalesce: one waiting to
+//! which the first engine ids make with room for their batch alone rather
+//! than stall that batch, is brought to its reserved size there too. Asks coalesce: one waiting to
 //! run is replaced by a later one.
 
 use super::tree::PrefixTree;
