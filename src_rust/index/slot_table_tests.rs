@@ -350,3 +350,29 @@ fn mapping_of(address: usize) -> BTreeMap<String, String> {
     }
     fields.expect("a mapping holds the address")
 }
+
+/// Entries that overflowed a full bucket stay findable when an entry of
+/// that bucket goes: a probe stops at the first bucket with room, so one
+/// of them must move into it.
+#[test]
+fn a_removal_from_a_full_bucket_keeps_its_overflow_findable() {
+    // Sixteen keys with one home (tags equal in their top bits), ten more
+    // than a bucket holds, in a table of 64 homes.
+    let same_home = |key: u64| (key << 32) | key;
+    let mut checked = Checked::new(same_home);
+    checked.table.reserve(64);
+    for key in 0..16 {
+        checked.insert(key);
+    }
+    for key in [3, 0, 9, 15, 7] {
+        assert!(checked.remove(key));
+        for other in 0..16 {
+            assert_eq!(
+                checked.find(other),
+                checked.model.get(&other).copied(),
+                "{other}"
+            );
+        }
+    }
+    assert_eq!(checked.table.len(), 11);
+}
