@@ -3,11 +3,12 @@
 //! key's hash (its tag), and eight entries make a bucket of one cache line.
 //! An entry's home bucket is the top bits of its tag; a full bucket's
 //! overflow goes to the next one (linear probing by buckets). So a probe
-//! reads one line and compares its eight tags at once. At the loads the
-//! tables keep (at most 7/8, about half where reserved for the workers'
-//! capacity) a bucket is seldom full, so a probe mostly ends in its home
-//! bucket on a branch the CPU predicts, and a removal shifts nothing.
-//! Growing the table is one pass that never reads the keys.
+//! reads one line and compares its eight tags at once. A table is 7/16 to
+//! 7/8 full, about half where reserved for the workers' capacity; at half
+//! load a bucket holds four entries on average and is seldom full, so a
+//! probe mostly ends in its home bucket on a branch the CPU predicts, and a
+//! removal seldom moves another entry. Growing the table is one pass that
+//! never reads the keys.
 
 use super::huge_pages::advise_huge_pages;
 
