@@ -169,7 +169,7 @@ fn name_hash(id: EngineBlockId) -> u64 {
 }
 
 /// The id whose [`name_hash`] is `hash`.
-fn name_of_hash(hash: u64) -> EngineBlockId {
+pub(super) fn name_of_hash(hash: u64) -> EngineBlockId {
     let x = hash ^ (hash >> 29) ^ (hash >> 58);
     EngineBlockId(x.wrapping_mul(NAME_MULTIPLIER_INVERSE))
 }

@@ -16,7 +16,9 @@ const EMPTY: u32 = u32::MAX;
 /// Entries in a bucket: 64 bytes, a cache line.
 const BUCKET: usize = 8;
 /// Buckets past the last home, so that no overflow wraps around. The last
-/// bucket is always free, so every probe ends.
+/// bucket is always free, so every probe ends. Keys crowding the last
+/// homes lengthen the tail rather than double the table (see
+/// [`SlotTable::insert_at`]).
 const TAIL_BUCKETS: usize = 8;
 
 #[derive(Copy, Clone)]
@@ -140,10 +142,11 @@ fn home_of(tag: u32, bits: u32) -> usize {
     (u64::from(tag) >> (32 - bucket_bits)) as usize
 }
 
-/// Buckets of a table of 2^bits homes, its tail included (a table of
-/// fewer homes than a bucket, which holds no entry, is its tail alone).
-fn buckets_for(bits: u32) -> usize {
-    (1usize << bits) / BUCKET + TAIL_BUCKETS
+/// Buckets of a table of 2^bits homes with a tail of `tail` buckets (a
+/// table of fewer homes than a bucket, which holds no entry, is its tail
+/// alone).
+fn buckets_for(bits: u32, tail: usize) -> usize {
+    (1usize << bits) / BUCKET + tail
 }
 
 /// The tag of a key hash: its top 32 bits.
@@ -348,11 +351,21 @@ impl SlotTable {
         self.bits == 0 || (self.len + 1) * 8 > (7 << self.bits)
     }
 
-    /// Adds `slot` with `tag` at `place` (see [`SlotTable::place_of`]),
-    /// growing the table first where that is the last bucket.
+    /// Adds `slot` with `tag` at `place` (see [`SlotTable::place_of`]). Where
+    /// that is the last bucket, which stays free, a table at least half full
+    /// doubles; one less full has keys crowding its last homes, which a
+    /// doubling would not spread (a home near the end stays near the end),
+    /// as a worker naming blocks by ids crafted to share a home could make
+    /// it double until memory runs out. Its tail doubles instead.
     fn insert_at(&mut self, tag: u32, slot: u32, mut place: Place) {
         while place.bucket + 1 == self.buckets.len() {
-            self.resize(self.bits + 1);
+            if self.len * 2 >= 1 << self.bits {
+                self.resize(self.bits + 1);
+            } else {
+                let tail = self.buckets.len() - buckets_for(self.bits, 0);
+                self.buckets.reserve_exact(tail);
+                self.buckets.extend(std::iter::repeat_n(FREE_BUCKET, tail));
+            }
             place = self.place_of(tag);
         }
         self.buckets[place.bucket].set(place.at, Entry { tag, slot });
@@ -479,19 +492,21 @@ impl SlotTable {
         );
     }
 
-    /// Lays `entries` into a table of 2^bits homes, or more where they do
-    /// not fit.
+    /// Lays `entries` into a table of 2^bits homes, with a longer tail
+    /// where they run past its end (keys crowding the last homes: see
+    /// [`SlotTable::insert_at`]).
     fn rebuild(&mut self, bits: u32, entries: impl Iterator<Item = Entry> + Clone) {
-        let mut bits = bits.max(if self.len > 0 { 4 } else { 0 });
+        let bits = bits.max(if self.len > 0 { 4 } else { 0 });
+        let mut tail = TAIL_BUCKETS;
         loop {
-            let mut blank = BlankTable::new(bits);
+            let mut blank = BlankTable::written(bits, tail, false);
             if let Some(len) = lay(&mut blank.buckets, bits, entries.clone()) {
                 self.buckets = blank.buckets;
                 self.bits = bits;
                 self.len = len;
                 return;
             }
-            bits += 1;
+            tail *= 2;
         }
     }
 }
@@ -505,19 +520,20 @@ pub struct BlankTable {
 }
 
 impl BlankTable {
+    #[cfg(test)]
     pub fn new(bits: u32) -> Self {
-        Self::written(bits, false)
+        Self::written(bits, TAIL_BUCKETS, false)
     }
 
     /// The same, written a step at a time with the CPU yielded between:
     /// for a thread that holds no lock while it writes and shares a small
     /// machine with the threads serving lookups.
     pub fn new_yielding(bits: u32) -> Self {
-        Self::written(bits, true)
+        Self::written(bits, TAIL_BUCKETS, true)
     }
 
-    fn written(bits: u32, yielding: bool) -> Self {
-        let len = buckets_for(bits);
+    fn written(bits: u32, tail: usize, yielding: bool) -> Self {
+        let len = buckets_for(bits, tail);
         let mut buckets = Vec::with_capacity(len);
         while buckets.len() < len {
             let step = if yielding { YIELD_EVERY } else { len };

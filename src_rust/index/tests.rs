@@ -1085,3 +1085,40 @@ fn a_name_table_made_after_names_went_away_is_made_for_its_own_batch() {
     tree.apply_slice(target, &batch.events[..1]).unwrap();
     assert_eq!(tree.table_bytes() - unnamed, (4_096 + 64) * 8);
 }
+
+/// A worker names blocks by ids of its own, and may send any: ids whose
+/// hashes in the name table share its last home would have doubled the
+/// table on every insert past the sixty-fourth, until the allocation
+/// failed and the router aborted. They are kept aside instead, and found
+/// and removed like any others.
+#[test]
+fn engine_ids_crafted_to_share_a_home_leave_the_router_standing() {
+    let idx = index();
+    let prompt = tokens(0..1200);
+    let ids: Vec<EngineBlockId> = (0..300)
+        .map(|k| arena::name_of_hash(u64::from(u32::MAX) << 32 | k))
+        .collect();
+    let event = KvEvent::Stored {
+        parent: None,
+        block_ids: ids.clone(),
+        content: BlockContent::Tokens(prompt.clone()),
+        tier: Tier::Device,
+        namespace_seed: namespace_seed(""),
+    };
+    idx.apply(&batch(1, 0, vec![event]), true).unwrap();
+    assert!(idx.stats().table_bytes < 1 << 20, "{:?}", idx.stats());
+    assert_eq!(
+        idx.find_matches(&seqs(&prompt), false).depth(WorkerId(1)),
+        300
+    );
+    let removal = KvEvent::Removed {
+        block_ids: ids[150..].to_vec(),
+        tier: Tier::Device,
+    };
+    let outcome = idx.apply(&batch(1, 1, vec![removal]), true).unwrap();
+    assert_eq!(outcome.blocks_removed, 150);
+    assert_eq!(
+        idx.find_matches(&seqs(&prompt), false).depth(WorkerId(1)),
+        150
+    );
+}
