@@ -67,10 +67,12 @@ def bare_maps_ns(stream: Path, capacity: int, repeats: int) -> dict[str, list[fl
     done = subprocess.run(
         [*command, str(stream), str(capacity), str(repeats)],
         cwd=ROOT,
-        check=True,
         capture_output=True,
         text=True,
     )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"the bare maps (cargo run --example bare_maps) failed: {last}")
     return json.loads(done.stdout)
 
 

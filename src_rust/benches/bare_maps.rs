@@ -25,7 +25,10 @@ struct Event {
 }
 
 fn read_stream(path: &str) -> Vec<Event> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let bytes = std::fs::read(path).unwrap_or_else(|e| {
+        eprintln!("bare_maps: {path}: {e}");
+        std::process::exit(2);
+    });
     let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
     let long = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
     let mut events = Vec::new();
