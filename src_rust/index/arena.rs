@@ -282,7 +282,7 @@ impl NodeArena {
     /// [`NodeArena::prefetch_named_nodes`] a few blocks earlier.
     #[inline]
     pub fn prefetch_erase(&self, block: EngineBlockId) {
-        for index in self.by_name.candidates(name_hash(block)) {
+        if let Some(index) = self.by_name.candidate(name_hash(block)) {
             if self.is_named_by(index, block) {
                 self.table
                     .prefetch(slot_hash(self.nodes[index as usize].seq));
@@ -295,16 +295,10 @@ impl NodeArena {
     /// at; for an id that names no node, the sequence table's line instead.
     #[inline]
     pub fn prefetch_named_nodes(&self, block: EngineBlockId) {
-        let mut named = false;
-        for index in self.by_name.candidates(name_hash(block)) {
+        if let Some(index) = self.by_name.candidate(name_hash(block)) {
             prefetch(&self.name_checks[index as usize]);
             prefetch(&self.nodes[index as usize]);
-            named = true;
-        }
-        if named {
-            return;
-        }
-        for index in self.table.candidates(slot_hash(SeqHash(block.0))) {
+        } else if let Some(index) = self.table.candidate(slot_hash(SeqHash(block.0))) {
             prefetch(&self.nodes[index as usize]);
         }
     }

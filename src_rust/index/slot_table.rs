@@ -226,27 +226,19 @@ impl SlotTable {
         }
     }
 
-    /// The slots stored under `hash`'s tag, without checking their keys:
-    /// what a caller may prefetch before it looks `hash` up.
+    /// The first slot stored under `hash`'s tag in its home bucket, without
+    /// checking its key: what a caller may prefetch before it looks `hash`
+    /// up. A hint: a second entry of the tag, or one that overflowed the
+    /// home bucket, is left out.
     #[inline]
-    pub fn candidates(&self, hash: u64) -> impl Iterator<Item = u32> + '_ {
+    pub fn candidate(&self, hash: u64) -> Option<u32> {
+        if self.len == 0 {
+            return None;
+        }
         let tag = tag_of(hash);
-        let mut bucket = (self.len > 0).then(|| self.home(tag));
-        let mut tagged = 0u32;
-        std::iter::from_fn(move || loop {
-            let at = bucket?;
-            let entries = &self.buckets[at];
-            if tagged == 0 {
-                // The bit past the bucket's entries ends its candidates.
-                tagged = entries.tagged(tag) | 1 << BUCKET;
-            }
-            let next = first(tagged);
-            tagged &= tagged - 1;
-            if next < BUCKET {
-                return Some(entries.slots[next]);
-            }
-            bucket = entries.is_full().then_some(at + 1);
-        })
+        let entries = &self.buckets[self.home(tag)];
+        let tagged = entries.tagged(tag);
+        (tagged != 0).then(|| entries.slots[first(tagged)])
     }
 
     /// Every entry's tag and slot, in table order.
